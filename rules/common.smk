@@ -1,0 +1,139 @@
+# Everything a rule needs that is not the rule itself: validation, wildcard constraints, helpers.
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from snakemake.exceptions import WorkflowError
+
+from layergeom import config as lgconfig
+from layergeom.adapters import boundaries_for
+from layergeom.runtime import LayergeomError
+
+try:
+    lgconfig.validate(config)
+except LayergeomError as err:
+    raise WorkflowError(str(err))
+
+MODELS = list(config["models"])
+
+
+wildcard_constraints:
+    model="|".join(map(re.escape, MODELS)) if MODELS else "$^",
+    checkpoint="|".join(sorted({re.escape(c) for m in MODELS for c in config["models"][m]["checkpoints"]})),
+    boundary=r"L\d+\.(attn|mlp|block)",
+    layer=r"\d+",
+
+
+# ---- models and checkpoints -------------------------------------------------------------------
+def model_cfg(model):
+    return config["models"][model]
+
+
+def checkpoints(model):
+    return list(model_cfg(model)["checkpoints"])
+
+
+def is_init(model, checkpoint):
+    ck = model_cfg(model)["checkpoints"][checkpoint] or {}
+    return bool(ck.get("init")) or model_cfg(model)["source"] == "config"
+
+
+def reference_checkpoint(model):
+    """The first checkpoint with real weights: it provides the tokenizer and the config of `init`."""
+    for c in checkpoints(model):
+        if not is_init(model, c):
+            return c
+    if model_cfg(model)["source"] != "config":
+        raise WorkflowError(f"models.{model}: an init checkpoint needs a sibling checkpoint with real weights")
+    return None
+
+
+def n_layers(model):
+    m = model_cfg(model)
+    if m.get("n_layers"):
+        return int(m["n_layers"])
+    if m["source"] == "config":
+        h = m["hf_config"]
+        return int(h.get("num_hidden_layers") or h.get("n_layer"))
+    raise WorkflowError(f"models.{model}: set n_layers (the number of blocks) to fan out per-layer jobs")
+
+
+def boundaries(model):
+    """Boundary names in depth order, known from the config alone."""
+    return boundaries_for(model_cfg(model)["family"], n_layers(model))
+
+
+def layers(model):
+    return list(range(n_layers(model)))
+
+
+def section(model, name):
+    """One analysis section for one model: the global values with the model's overrides merged in."""
+    return lgconfig.model_section(config, model, name)
+
+
+def model_dir(model, checkpoint):
+    return f"resources/models/{model}/{checkpoint}"
+
+
+def tokenizer_dir(model):
+    if model_cfg(model)["tokenizer"]["train_bpe"]:
+        return f"resources/tokenizers/{model}"
+    ref = reference_checkpoint(model)
+    if ref is None:
+        raise WorkflowError(f"models.{model}: source config needs tokenizer: {{train_bpe: true}}")
+    return model_dir(model, ref)
+
+
+def materialize_inputs(wildcards):
+    """An init checkpoint needs its trained sibling (config, tokenizer); a BPE model its tokenizer."""
+    m, c = wildcards.model, wildcards.checkpoint
+    inputs = {}
+    if model_cfg(m)["tokenizer"]["train_bpe"]:
+        inputs["tokenizer"] = f"resources/tokenizers/{m}/tokenizer.json"
+    if is_init(m, c) and model_cfg(m)["source"] != "config":
+        inputs["reference"] = f"{model_dir(m, reference_checkpoint(m))}/config.json"
+    return inputs
+
+
+def windows_tokenizer(wildcards):
+    return f"{tokenizer_dir(wildcards.model)}/tokenizer.json"
+
+
+def device():
+    return config["device"]
+
+
+def gpu_jobs():
+    """Tag heavy rules with a GPU unless the config pins the CPU."""
+    return 0 if config["device"] == "cpu" else 1
+
+
+def job_threads():
+    return config["threads"] or 2
+
+
+def run_settings():
+    return {"seed": config["seed"], "device": config["device"], "threads": config["threads"]}
+
+
+# ---- final outputs -----------------------------------------------------------------------------
+FINAL_OUTPUTS = []
+
+
+def register_outputs(fn):
+    """Each stage registers a function returning its final files; `rule all` collects them."""
+    FINAL_OUTPUTS.append(fn)
+
+
+def per_checkpoint(pattern):
+    return [pattern.format(model=m, checkpoint=c) for m in MODELS for c in checkpoints(m)]
+
+
+def get_final_output(wildcards=None):
+    out = []
+    for fn in FINAL_OUTPUTS:
+        out += fn()
+    return out

@@ -1,0 +1,15 @@
+import sys
+from pathlib import Path
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
+from layergeom import corpus, models, store
+from layergeom.adapters import get_adapter
+from layergeom.runtime import resolve_device
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
+    model = models.load_model(Path(sm.input.weights).parent, device=resolve_device(sm.params.run["device"]))
+    windows = corpus.load_windows(sm.input.windows)
+    meta = {"model": sm.wildcards.model, "checkpoint": sm.wildcards.checkpoint}
+    store.dump_activations(get_adapter(model), windows, sm.output[0], batch_size=sm.params.batch_size, extra_meta=meta)

@@ -1,0 +1,17 @@
+import sys
+from pathlib import Path
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
+from layergeom import models
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+with job(sm):
+    models.materialize(
+        sm.wildcards.model,
+        sm.wildcards.checkpoint,
+        sm.params.model_cfg,
+        sm.params.out_dir,
+        reference_dir=Path(sm.input.reference).parent if "reference" in sm.input.keys() else None,
+        tokenizer_dir=Path(sm.input.tokenizer).parent if "tokenizer" in sm.input.keys() else None,
+    )

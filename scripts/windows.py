@@ -1,0 +1,18 @@
+import sys
+from pathlib import Path
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
+from layergeom import corpus, models
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+with job(sm):
+    docs, meta = corpus.read_documents(sm.input.corpus)
+    tok = models.load_tokenizer(Path(sm.input.tokenizer).parent)
+    cfg = sm.params.corpus
+    w = corpus.make_windows(docs, tok, cfg["n_windows"], cfg["window_tokens"], sm.params.seed)
+    corpus.save_windows(
+        w,
+        sm.output.windows,
+        {"corpus": cfg["source"], "n_windows": cfg["n_windows"], "window_tokens": cfg["window_tokens"], "seed": sm.params.seed, "n_documents": meta["n_documents"]},
+    )

@@ -1,0 +1,59 @@
+"""Llama-style decoders (SmolLM2, Llama, Qwen2, Mistral, OLMo): pre-norm, sequential residual, rotary."""
+
+from __future__ import annotations
+
+from .base import Adapter, cache_kwarg
+
+
+class LlamaAdapter(Adapter):
+    family = "llama"
+    model_types = ("llama", "qwen2", "qwen3", "mistral", "olmo", "olmo2", "olmo3", "smollm3")
+    kinds = ("attn", "mlp")
+
+    def blocks(self):
+        return self.model.model.layers
+
+    def embed(self, input_ids):
+        return self.model.model.embed_tokens(input_ids)
+
+    def final_norm(self):
+        return self.model.model.norm
+
+    def pre_mlp_module(self, j):
+        # OLMo-2/3 put their norms after the sublayers; the pre-MLP state is then the MLP's own input
+        block = self.blocks()[j]
+        return block.mlp if self._post_norm(block) else block.post_attention_layernorm
+
+    @staticmethod
+    def _post_norm(block) -> bool:
+        return not hasattr(block, "input_layernorm")
+
+    def rope(self, h, positions, layer_type):
+        return self.model.model.rotary_emb(h, positions)
+
+    def _attn(self, block, x, ctx):
+        kw = {} if ctx is None else {"attention_mask": ctx.masks["full"]}
+        pos = ctx.positions if ctx is not None else x.new_zeros(x.shape[:2], dtype=int)
+        pe = ctx.rope["full"] if ctx is not None else self.rope(x, pos, "full")
+        if self._post_norm(block):
+            return block.post_attention_layernorm(block.self_attn(x, position_embeddings=pe, **kw)[0])
+        return block.self_attn(block.input_layernorm(x), position_embeddings=pe, **kw)[0]
+
+    def _mlp(self, block, x):
+        if self._post_norm(block):
+            return block.post_feedforward_layernorm(block.mlp(x))
+        return block.mlp(block.post_attention_layernorm(x))
+
+    def sublayer(self, b, x, ctx):
+        block = self.blocks()[b.layer]
+        return self._attn(block, x, ctx) if b.kind == "attn" else self._mlp(block, x)
+
+    def call_block(self, j, h, ctx, cache):
+        block = self.blocks()[j]
+        return block(
+            h,
+            attention_mask=ctx.masks["full"],
+            position_ids=ctx.positions,
+            position_embeddings=ctx.rope["full"],
+            **{cache_kwarg(block): cache},
+        )

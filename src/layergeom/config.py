@@ -1,0 +1,85 @@
+"""Load and validate the workflow configuration against the JSON schemas in ``config/schema/``.
+
+The main schema covers models, corpus and run settings; each analysis section (``tokenwise``,
+``spectra``, ``topology``, ...) has its own ``{section}.schema.yaml``. Defaults come from the
+schemas, and a typo'd key or a wrong type stops the run with a message naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+from .runtime import LayergeomError
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "config" / "schema"
+
+
+def _with_defaults(cls):
+    validate_props = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    return validators.extend(cls, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(Draft202012Validator)
+
+
+def load_schema(name: str, schema_dir: Path = SCHEMA_DIR) -> dict:
+    return yaml.safe_load((schema_dir / f"{name}.schema.yaml").read_text())
+
+
+def section_names(schema_dir: Path = SCHEMA_DIR) -> list[str]:
+    return sorted(p.name.split(".")[0] for p in schema_dir.glob("*.schema.yaml") if p.name != "config.schema.yaml")
+
+
+def _check(instance, schema, where: str) -> None:
+    errors = sorted(_Validator(schema).iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors[:10]:
+            path = ".".join(str(p) for p in [where, *e.absolute_path] if p != "")
+            lines.append(f"  {path or '<top>'}: {e.message}")
+        raise LayergeomError("invalid configuration:\n" + "\n".join(lines))
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def validate(config: dict, schema_dir: Path = SCHEMA_DIR) -> dict:
+    """Validate in place (filling defaults) and return the config; raises LayergeomError naming keys."""
+    _check(config, load_schema("config", schema_dir), "")
+    for section in section_names(schema_dir):
+        schema = load_schema(section, schema_dir)
+        _check(config.setdefault(section, {}), schema, section)
+        for name, m in config["models"].items():
+            over = m.get("overrides", {}).get(section)
+            if over is not None:
+                _check(deep_merge(config[section], over), schema, f"models.{name}.overrides.{section}")
+    for name, m in config["models"].items():
+        unknown = set(m.get("overrides", {})) - set(section_names(schema_dir))
+        if unknown:
+            raise LayergeomError(f"invalid configuration:\n  models.{name}.overrides: unknown section(s) {sorted(unknown)}")
+    return config
+
+
+def model_section(config: dict, model: str, section: str) -> dict:
+    """A section's settings for one model: the global section with that model's overrides merged in."""
+    return deep_merge(config.get(section, {}), config["models"][model].get("overrides", {}).get(section, {}))
+
+
+def load(path: str | Path, schema_dir: Path = SCHEMA_DIR) -> dict:
+    return validate(yaml.safe_load(Path(path).read_text()) or {}, schema_dir)

@@ -1,0 +1,36 @@
+"""``results/{model}/{checkpoint}/manifest.json``: what was measured, on which weights and text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .runtime import LayergeomError, atomic_path
+from .store import ActivationStore
+
+
+def write_manifest(out, *, source: dict, windows: dict, activations, boundaries: list[str], seed: int) -> dict:
+    st = ActivationStore(Path(activations))
+    if st.boundaries != list(boundaries):
+        raise LayergeomError(
+            f"{source['model']}: the config implies boundaries {boundaries[:3]}... but the model has {st.boundaries[:3]}...; "
+            "check n_layers and family"
+        )
+    manifest = {
+        "model": source["model"],
+        "checkpoint": source["checkpoint"],
+        "source": source["source"],
+        "revision": source.get("revision"),
+        "weights_sha256": source["weights_sha256"],
+        "model_type": source.get("model_type"),
+        "n_layers": source["n_layers"],
+        "d_model": source["d_model"],
+        "boundaries": list(boundaries),
+        "corpus": windows["corpus"],
+        "n_windows": windows["n_windows"],
+        "window_tokens": windows["window_tokens"],
+        "seed": seed,
+    }
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest

@@ -1,0 +1,84 @@
+"""Seeds, threads, devices and atomic outputs: the one place where run-time determinism is set."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("layergeom")
+
+
+class LayergeomError(RuntimeError):
+    """An error caused by the user's input (config, model name, corpus): the message says what to change."""
+
+
+def set_determinism(seed: int, threads: int | None = None) -> None:
+    """Seed every RNG we use and pin thread counts, so that two runs give bit-identical tables."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    if threads:
+        torch.set_num_threads(int(threads))
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def resolve_device(name: str = "auto") -> str:
+    """`auto` picks CUDA when present, else the CPU; `cuda` without a GPU is an error."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise LayergeomError(f"device: '{name}' was asked for but no CUDA device is visible; use 'auto' or 'cpu'")
+    return name
+
+
+def setup_logging(logfile: str | os.PathLike | None = None) -> None:
+    """Send our logging, warnings and stderr to the rule's log file (or stderr)."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if logfile:
+        Path(logfile).parent.mkdir(parents=True, exist_ok=True)
+        handlers = [logging.FileHandler(logfile, mode="w")]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True)
+    logging.captureWarnings(True)
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike, is_dir: bool = False):
+    """Yield a temporary path next to `final`; move it into place only if the block succeeds.
+
+    A failure leaves nothing at `final`, so no half-written output survives a crash or a bad input.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    target = tmp / final.name
+    if is_dir:
+        target.mkdir()
+    try:
+        yield target
+        if final.exists():
+            shutil.rmtree(final) if final.is_dir() else final.unlink()
+        os.replace(target, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def progress(iterable=None, **kwargs):
+    """A tqdm progress bar on stderr (the rule log), quiet when not wanted."""
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("mininterval", 2.0)
+    kwargs.setdefault("file", sys.stderr)
+    return tqdm(iterable, **kwargs)

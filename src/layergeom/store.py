@@ -1,0 +1,119 @@
+"""Activation store: the residual stream at every boundary for all windows, one .npy memmap per boundary.
+
+Layout of ``results/{model}/{checkpoint}/activations/``:
+
+- ``{boundary}.npy`` (n_tokens, d) float32, rows in (window, position) order, for every boundary and ``final``;
+- ``index.npy`` (n_tokens, 3) int64 columns ``window, position, token_id``;
+- ``store.json``: names, shape, dtype, model and checkpoint.
+
+Rows with position 0 (BOS / attention sink) are kept in the files and excluded by ``nonbos``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .adapters import FINAL, Adapter
+from .runtime import LayergeomError, atomic_path, progress
+
+log = logging.getLogger("layergeom")
+
+
+@dataclass
+class ActivationStore:
+    """Read-only view of an activation dump."""
+
+    path: Path
+
+    def __post_init__(self):
+        self.path = Path(self.path)
+        self.meta = json.loads((self.path / "store.json").read_text())
+        self.index = np.load(self.path / "index.npy")
+
+    @property
+    def names(self) -> list[str]:
+        """Boundary names in depth order, then ``final``."""
+        return list(self.meta["names"])
+
+    @property
+    def boundaries(self) -> list[str]:
+        return [n for n in self.names if n != FINAL]
+
+    @property
+    def d_model(self) -> int:
+        return int(self.meta["d_model"])
+
+    @property
+    def n_windows(self) -> int:
+        return int(self.meta["n_windows"])
+
+    @property
+    def window_tokens(self) -> int:
+        return int(self.meta["window_tokens"])
+
+    def states(self, name: str) -> np.ndarray:
+        """(n_tokens, d) memmap of one boundary (or ``final``)."""
+        return np.load(self.path / f"{name}.npy", mmap_mode="r")
+
+    def block_inputs(self) -> list[str]:
+        """Names of h_0 .. h_{L-1} (block inputs) followed by ``final`` = h_L: the Paper A transitions."""
+        firsts = [n for n in self.boundaries if n.endswith((".attn", ".block"))]
+        return firsts + [FINAL]
+
+    @property
+    def nonbos(self) -> np.ndarray:
+        """Boolean mask of rows that are not position 0."""
+        return self.index[:, 1] > 0
+
+    def token_ids(self) -> np.ndarray:
+        """(n_windows, window_tokens) token ids."""
+        return self.index[:, 2].reshape(self.n_windows, self.window_tokens)
+
+
+def dump_activations(
+    adapter: Adapter,
+    windows: np.ndarray,
+    out_dir: str | Path,
+    *,
+    batch_size: int = 8,
+    extra_meta: dict | None = None,
+) -> ActivationStore:
+    """Stream the residual stream at every boundary of all windows (n, T) into per-boundary memmaps.
+
+    Memory stays bounded by one batch of activations whatever the corpus size; a NaN or inf in any
+    activation stops the dump with the boundary and window named, and leaves no output behind.
+    """
+    n, T = windows.shape
+    names = [b.name for b in adapter.boundaries] + [FINAL]
+    d = adapter.d_model
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        mms = {nm: np.lib.format.open_memmap(tmp / f"{nm}.npy", mode="w+", dtype=np.float32, shape=(n * T, d)) for nm in names}
+        for start in progress(range(0, n, batch_size), desc="activations", unit="batch"):
+            ids = torch.as_tensor(windows[start : start + batch_size], dtype=torch.long)
+            cap = adapter.capture(ids)
+            missing = set(names) - set(cap)
+            if missing:
+                raise RuntimeError(f"adapter did not capture {sorted(missing)}")
+            rows = slice(start * T, (start + ids.shape[0]) * T)
+            for nm in names:
+                x = cap[nm].float().cpu().numpy().reshape(-1, d)
+                if not np.isfinite(x).all():
+                    bad = start + int(np.argwhere(~np.isfinite(x))[0, 0]) // T
+                    raise LayergeomError(f"non-finite activations at boundary {nm}, window {bad}")
+                mms[nm][rows] = x
+        for mm in mms.values():
+            mm.flush()
+        del mms
+        win, pos = np.divmod(np.arange(n * T), T)
+        np.save(tmp / "index.npy", np.stack([win, pos, windows.reshape(-1)], axis=1).astype(np.int64))
+        meta = {"names": names, "n_windows": n, "window_tokens": T, "d_model": d, "dtype": "float32"}
+        meta.update(extra_meta or {})
+        (tmp / "store.json").write_text(json.dumps(meta, indent=2) + "\n")
+    log.info("dumped %d windows x %d tokens at %d boundaries to %s", n, T, len(names), out_dir)
+    return ActivationStore(Path(out_dir))

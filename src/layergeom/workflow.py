@@ -1,0 +1,36 @@
+"""The glue every Snakemake script shares: logging into the rule's log, seeds and threads."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+
+from .runtime import LayergeomError, set_determinism, setup_logging
+
+log = logging.getLogger("layergeom")
+
+
+@contextlib.contextmanager
+def job(snakemake, seed: int | None = None, threads: int | None = None):
+    """Run a script body with stderr and logging sent to ``snakemake.log[0]`` and RNGs seeded.
+
+    A LayergeomError (bad input) is logged as one clear line and ends the job with that message.
+    """
+    logfile = snakemake.log[0] if len(snakemake.log) else None
+    setup_logging(logfile)
+    stream = open(logfile, "a", buffering=1) if logfile else None  # noqa: SIM115
+    old = sys.stderr
+    if stream:
+        sys.stderr = stream
+    try:
+        set_determinism(0 if seed is None else seed, threads or getattr(snakemake, "threads", None))
+        yield
+    except LayergeomError as err:
+        log.error("%s", err)
+        sys.stderr = old
+        raise SystemExit(f"layergeom: {err}") from None
+    finally:
+        sys.stderr = old
+        if stream:
+            stream.close()
