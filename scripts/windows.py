@@ -14,5 +14,11 @@ with job(sm):
     corpus.save_windows(
         w,
         sm.output.windows,
-        {"corpus": cfg["source"], "n_windows": cfg["n_windows"], "window_tokens": cfg["window_tokens"], "seed": sm.params.seed, "n_documents": meta["n_documents"]},
+        {
+            "corpus": cfg["source"],
+            "n_windows": cfg["n_windows"],
+            "window_tokens": cfg["window_tokens"],
+            "seed": sm.params.seed,
+            "n_documents": meta["n_documents"],
+        },
     )

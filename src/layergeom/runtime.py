@@ -50,7 +50,9 @@ def setup_logging(logfile: str | os.PathLike | None = None) -> None:
     if logfile:
         Path(logfile).parent.mkdir(parents=True, exist_ok=True)
         handlers = [logging.FileHandler(logfile, mode="w")]
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True
+    )
     logging.captureWarnings(True)
 
 

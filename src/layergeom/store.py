@@ -93,7 +93,10 @@ def dump_activations(
     names = [b.name for b in adapter.boundaries] + [FINAL]
     d = adapter.d_model
     with atomic_path(out_dir, is_dir=True) as tmp:
-        mms = {nm: np.lib.format.open_memmap(tmp / f"{nm}.npy", mode="w+", dtype=np.float32, shape=(n * T, d)) for nm in names}
+        mms = {
+            nm: np.lib.format.open_memmap(tmp / f"{nm}.npy", mode="w+", dtype=np.float32, shape=(n * T, d))
+            for nm in names
+        }
         for start in progress(range(0, n, batch_size), desc="activations", unit="batch"):
             ids = torch.as_tensor(windows[start : start + batch_size], dtype=torch.long)
             cap = adapter.capture(ids)

@@ -34,7 +34,7 @@ class Boundary:
         return f"L{self.layer}.{self.kind}"
 
     @classmethod
-    def parse(cls, name: str) -> "Boundary":
+    def parse(cls, name: str) -> Boundary:
         layer, kind = name.split(".")
         return cls(int(layer[1:]), {"attn": 0, "block": 0, "mlp": 1}[kind], kind)
 
@@ -118,9 +118,7 @@ class Adapter:
     def __init__(self, model: nn.Module):
         model_type = getattr(model.config, "model_type", None)
         if model_type not in self.model_types:
-            raise ValueError(
-                f"the {self.family} adapter handles model types {self.model_types}, got '{model_type}'"
-            )
+            raise ValueError(f"the {self.family} adapter handles model types {self.model_types}, got '{model_type}'")
         self.model = model.eval()
         self.config = model.config
         self.check_config()
@@ -194,7 +192,9 @@ class Adapter:
             w = self.window(lt)
             if w is not None:
                 allowed = allowed & (k_pos[:, None, :] > q_pos[:, :, None] - w)
-            ctx.masks[lt] = torch.zeros(allowed.shape, dtype=h.dtype, device=h.device).masked_fill(~allowed, neg)[:, None]
+            ctx.masks[lt] = torch.zeros(allowed.shape, dtype=h.dtype, device=h.device).masked_fill(~allowed, neg)[
+                :, None
+            ]
             ctx.rope[lt] = self.rope(h, q_pos, lt)
         return ctx
 
