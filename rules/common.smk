@@ -24,6 +24,7 @@ wildcard_constraints:
     checkpoint="|".join(sorted({re.escape(c) for m in MODELS for c in config["models"][m]["checkpoints"]})),
     boundary=r"L\d+\.(attn|mlp|block)",
     layer=r"\d+",
+    vocab=r"\d+",
 
 
 # ---- models and checkpoints -------------------------------------------------------------------
@@ -80,7 +81,7 @@ def model_dir(model, checkpoint):
 
 def tokenizer_dir(model):
     if model_cfg(model)["tokenizer"]["train_bpe"]:
-        return f"resources/tokenizers/{model}"
+        return f"resources/tokenizers/bpe{model_cfg(model)['hf_config']['vocab_size']}"
     ref = reference_checkpoint(model)
     if ref is None:
         raise WorkflowError(f"models.{model}: source config needs tokenizer: {{train_bpe: true}}")
@@ -92,7 +93,7 @@ def materialize_inputs(wildcards):
     m, c = wildcards.model, wildcards.checkpoint
     inputs = {}
     if model_cfg(m)["tokenizer"]["train_bpe"]:
-        inputs["tokenizer"] = f"resources/tokenizers/{m}/tokenizer.json"
+        inputs["tokenizer"] = f"{tokenizer_dir(m)}/tokenizer.json"
     if is_init(m, c) and model_cfg(m)["source"] != "config":
         inputs["reference"] = f"{model_dir(m, reference_checkpoint(m))}/config.json"
     return inputs

@@ -25,13 +25,13 @@ rule train_tokenizer:
     input:
         "resources/corpus/corpus.jsonl",
     output:
-        "resources/tokenizers/{model}/tokenizer.json",
+        "resources/tokenizers/bpe{vocab}/tokenizer.json",
     params:
-        vocab_size=lambda wc: model_cfg(wc.model)["hf_config"]["vocab_size"],
+        vocab_size=lambda wc: int(wc.vocab),
     log:
-        "logs/train_tokenizer/{model}.log",
+        "logs/train_tokenizer/bpe{vocab}.log",
     benchmark:
-        "benchmarks/train_tokenizer/{model}.tsv"
+        "benchmarks/train_tokenizer/bpe{vocab}.tsv"
     conda:
         "../envs/torch.yaml"
     script:

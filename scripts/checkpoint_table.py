@@ -2,14 +2,14 @@ import json
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom import models
+from layergeom.manifest import warn_identical
 from layergeom.runtime import atomic_path
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 with job(sm):
     records = [json.loads(open(p).read()) for p in sm.input]
-    warnings = models.warn_identical(records)
+    warnings = warn_identical(records)
     cols = ["model", "checkpoint", "source", "revision", "weights_sha256"]
     with atomic_path(sm.output[0]) as tmp:
         with open(tmp, "w") as f:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from .runtime import LayergeomError, atomic_path
 from .store import ActivationStore
+
+log = logging.getLogger("layergeom")
 
 
 def write_manifest(out, *, source: dict, windows: dict, activations, boundaries: list[str], seed: int) -> dict:
@@ -34,3 +37,18 @@ def write_manifest(out, *, source: dict, windows: dict, activations, boundaries:
     with atomic_path(out) as tmp:
         Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def warn_identical(records: list[dict]) -> list[str]:
+    """Warnings for checkpoints of one model whose weights hash identically (some hub revisions do)."""
+    seen: dict[str, str] = {}
+    out = []
+    for r in records:
+        sha, name = r["weights_sha256"], r["checkpoint"]
+        if sha in seen:
+            out.append(f"checkpoints '{seen[sha]}' and '{name}' of {r['model']} have identical weights ({sha[:12]})")
+        else:
+            seen[sha] = name
+    for w in out:
+        log.warning(w)
+    return out

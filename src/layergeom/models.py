@@ -230,18 +230,3 @@ def materialize(
         info = save_checkpoint(model, tok, tmp, info)
     log.info("materialised %s/%s (%s) sha256=%s", model_name, checkpoint, info["source"], info["weights_sha256"][:12])
     return info
-
-
-def warn_identical(records: list[dict]) -> list[str]:
-    """Warnings for checkpoints of one model whose weights hash identically (some hub revisions do)."""
-    seen: dict[str, str] = {}
-    out = []
-    for r in records:
-        sha, name = r["weights_sha256"], r["checkpoint"]
-        if sha in seen:
-            out.append(f"checkpoints '{seen[sha]}' and '{name}' of {r['model']} have identical weights ({sha[:12]})")
-        else:
-            seen[sha] = name
-    for w in out:
-        log.warning(w)
-    return out

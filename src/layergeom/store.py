@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from .adapters import FINAL, Adapter
+from .names import FINAL
 from .runtime import LayergeomError, atomic_path, progress
 
 log = logging.getLogger("layergeom")
@@ -77,7 +76,7 @@ class ActivationStore:
 
 
 def dump_activations(
-    adapter: Adapter,
+    adapter,
     windows: np.ndarray,
     out_dir: str | Path,
     *,
@@ -89,6 +88,8 @@ def dump_activations(
     Memory stays bounded by one batch of activations whatever the corpus size; a NaN or inf in any
     activation stops the dump with the boundary and window named, and leaves no output behind.
     """
+    import torch
+
     n, T = windows.shape
     names = [b.name for b in adapter.boundaries] + [FINAL]
     d = adapter.d_model

@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-FINAL = "final"
+from ..names import FINAL, boundary_names  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True, order=True)
@@ -40,11 +40,6 @@ class Boundary:
 
     def __str__(self) -> str:
         return self.name
-
-
-def boundary_names(kinds: tuple[str, ...], n_layers: int) -> list[str]:
-    """All boundary names of a model in depth order (without ``final``)."""
-    return [f"L{l}.{k}" for l in range(n_layers) for k in kinds]
 
 
 @dataclass

@@ -1,0 +1,3 @@
+"""layergeom: geometry and dynamics of layer updates in language models (Papers A and B)."""
+
+__version__ = "0.1.0"
