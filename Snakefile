@@ -8,7 +8,7 @@ min_version("9.0")
 # --configfile replaces the default config instead of merging into it (models would add up)
 if not config.get("models"):
 
-    configfile: "config/config.yaml"
+    configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 report: "report/workflow.rst"

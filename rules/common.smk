@@ -1,4 +1,4 @@
-# Everything a rule needs that is not the rule itself: validation, wildcard constraints, helpers.
+# Shared by all stages: config validation, wildcard constraints and named helpers (no rules here).
 import re
 import sys
 from pathlib import Path
@@ -100,7 +100,10 @@ def materialize_inputs(wildcards):
 
 
 def windows_tokenizer(wildcards):
-    return f"{tokenizer_dir(wildcards.model)}/tokenizer.json"
+    """A file in the tokenizer's directory that some rule declares (the trained BPE, or a checkpoint)."""
+    m = wildcards.model
+    name = "tokenizer.json" if model_cfg(m)["tokenizer"]["train_bpe"] else "source.json"
+    return f"{tokenizer_dir(m)}/{name}"
 
 
 def device():
@@ -125,7 +128,7 @@ FINAL_OUTPUTS = []
 
 
 def register_outputs(fn):
-    """Each stage registers a function returning its final files; `rule all` collects them."""
+    """Each stage registers a function returning its final files; `rule all` collects them"""
     FINAL_OUTPUTS.append(fn)
 
 
