@@ -18,6 +18,14 @@ except LayergeomError as err:
 
 MODELS = list(config["models"])
 
+# models trained here get their checkpoints (step{N}, log-spaced) from their train section
+from layergeom.train import log_spaced_steps
+
+for _m, _mc in config["models"].items():
+    if _mc["source"] == "train":
+        _t = lgconfig.model_section(config, _m, "train")
+        _mc["checkpoints"] = {f"step{s}": {"step": s} for s in log_spaced_steps(_t["steps"], _t["n_checkpoints"])}
+
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)) if MODELS else "$^",
@@ -46,7 +54,7 @@ def reference_checkpoint(model):
     for c in checkpoints(model):
         if not is_init(model, c):
             return c
-    if model_cfg(model)["source"] != "config":
+    if model_cfg(model)["source"] not in ("config", "train"):
         raise WorkflowError(f"models.{model}: an init checkpoint needs a sibling checkpoint with real weights")
     return None
 
@@ -55,7 +63,7 @@ def n_layers(model):
     m = model_cfg(model)
     if m.get("n_layers"):
         return int(m["n_layers"])
-    if m["source"] == "config":
+    if m["source"] in ("config", "train"):
         h = m["hf_config"]
         return int(h.get("num_hidden_layers") or h.get("n_layer"))
     raise WorkflowError(f"models.{model}: set n_layers (the number of blocks) to fan out per-layer jobs")
@@ -80,6 +88,11 @@ def model_dir(model, checkpoint):
 
 
 def tokenizer_dir(model):
+    other = model_cfg(model)["tokenizer"].get("from_model")
+    if other:
+        if other not in MODELS or other == model:
+            raise WorkflowError(f"models.{model}.tokenizer.from_model: '{other}' is not another model of this config")
+        return tokenizer_dir(other)
     if model_cfg(model)["tokenizer"]["train_bpe"]:
         return f"resources/tokenizers/bpe{model_cfg(model)['hf_config']['vocab_size']}"
     ref = reference_checkpoint(model)
@@ -92,6 +105,8 @@ def materialize_inputs(wildcards):
     """An init checkpoint needs its trained sibling (config, tokenizer); a BPE model its tokenizer."""
     m, c = wildcards.model, wildcards.checkpoint
     inputs = {}
+    if model_cfg(m)["source"] == "train":
+        return {"trained": f"resources/train/{m}"}
     if model_cfg(m)["tokenizer"]["train_bpe"]:
         inputs["tokenizer"] = f"{tokenizer_dir(m)}/tokenizer.json"
     if is_init(m, c) and model_cfg(m)["source"] != "config":
@@ -101,9 +116,8 @@ def materialize_inputs(wildcards):
 
 def windows_tokenizer(wildcards):
     """A file in the tokenizer's directory that some rule declares (the trained BPE, or a checkpoint)."""
-    m = wildcards.model
-    name = "tokenizer.json" if model_cfg(m)["tokenizer"]["train_bpe"] else "source.json"
-    return f"{tokenizer_dir(m)}/{name}"
+    d = tokenizer_dir(wildcards.model)
+    return f"{d}/tokenizer.json" if d.startswith("resources/tokenizers/") else f"{d}/source.json"
 
 
 def device():

@@ -14,4 +14,5 @@ with job(sm):
         sm.params.out_dir,
         reference_dir=Path(sm.input.reference).parent if "reference" in sm.input.keys() else None,
         tokenizer_dir=Path(sm.input.tokenizer).parent if "tokenizer" in sm.input.keys() else None,
+        trained_dir=sm.input.trained if "trained" in sm.input.keys() else None,
     )

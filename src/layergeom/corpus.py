@@ -98,12 +98,12 @@ def adds_bos(tokenizer) -> bool:
     return tokenizer.bos_token_id is not None and len(ids) > 0 and ids[0] == tokenizer.bos_token_id
 
 
-def make_windows(docs: list[str], tokenizer, n_windows: int, window_tokens: int, seed: int) -> dict:
+def make_windows(docs: list[str], tokenizer, n_windows: int | None, window_tokens: int, seed: int) -> dict:
     """Cut the token stream of all documents into non-overlapping windows and draw n of them, seeded.
 
     Documents are joined with the EOS token (when the tokenizer has one); when the tokenizer adds a
     BOS token, each window starts with it, as the model saw in training. Position 0 of every window is
-    the attention sink and is excluded from all analyses downstream.
+    the attention sink and is excluded from all analyses downstream. ``n_windows=None`` keeps them all.
     """
     bos = tokenizer.bos_token_id if adds_bos(tokenizer) else None
     sep = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -114,7 +114,8 @@ def make_windows(docs: list[str], tokenizer, n_windows: int, window_tokens: int,
         doc_of += [i] * len(ids)
     body = window_tokens - (bos is not None)
     n_possible = len(stream) // body
-    if n_possible < n_windows:
+    n_windows = n_possible if n_windows is None else n_windows
+    if n_possible < n_windows or n_possible == 0:
         raise LayergeomError(
             f"the corpus has {len(stream)} tokens, enough for only {n_possible} windows of {window_tokens} "
             f"tokens, but corpus.n_windows is {n_windows}: lower n_windows or window_tokens, or use a larger corpus"

@@ -171,6 +171,7 @@ def materialize(
     *,
     reference_dir: str | os.PathLike | None = None,
     tokenizer_dir: str | os.PathLike | None = None,
+    trained_dir: str | os.PathLike | None = None,
     download_dir: str | os.PathLike = "resources/downloads",
 ) -> dict:
     """Materialise one checkpoint of one model into out_dir; returns its source record.
@@ -197,6 +198,10 @@ def materialize(
                 cfg = AutoConfig.from_pretrained(reference_dir, local_files_only=True)
                 model = random_from_config(cfg, seed)
                 tok = load_tokenizer(reference_dir)
+        elif source == "train":  # a checkpoint written by layergeom.train
+            info["revision"] = f"step{ck['step']}"
+            path = Path(trained_dir) / checkpoint
+            model, tok = _from_pretrained(str(path), None, mcfg, local_files_only=True)
         elif source == "hub":
             rev = ck.get("revision")
             info["revision"] = rev

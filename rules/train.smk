@@ -1,0 +1,75 @@
+# Models trained here (source: train): one training job per model, log-spaced checkpoints, loss curves,
+# and the training-dynamics figure that follows every analysis along the training steps.
+
+
+def trained_models():
+    return [m for m in MODELS if model_cfg(m)["source"] == "train"]
+
+
+def train_tokenizer_input(wildcards):
+    return windows_tokenizer(wildcards)
+
+
+rule train_model:
+    input:
+        corpus="resources/corpus/corpus.jsonl",
+        tokenizer=train_tokenizer_input,
+    output:
+        checkpoints=directory("resources/train/{model}"),
+        curves="results/{model}/training.tsv",
+    params:
+        family=lambda wc: model_cfg(wc.model)["family"],
+        hf_config=lambda wc: model_cfg(wc.model)["hf_config"],
+        train=lambda wc: section(wc.model, "train"),
+        window_tokens=config["corpus"]["window_tokens"],
+    log:
+        "logs/train_model/{model}.log",
+    benchmark:
+        "benchmarks/train_model/{model}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: lambda wc: section(wc.model, "train")["threads"]
+    resources:
+        gpu=0,
+        mem_mb=4000,
+    script:
+        "../scripts/train_model.py"
+
+
+rule training_figure:
+    input:
+        curves="results/{model}/training.tsv",
+        manifests=lambda wc: [f"results/{wc.model}/{c}/manifest.json" for c in checkpoints(wc.model)],
+        tables=lambda wc: training_tables(wc.model),
+    output:
+        png=report(
+            "results/figures/training_dynamics_{model}.png",
+            caption="../report/training_dynamics.rst",
+            category="Training dynamics",
+            labels={"model": "{model}", "figure": "dynamics vs step"},
+        ),
+        pdf="results/figures/training_dynamics_{model}.pdf",
+        tsv="results/{model}/training_dynamics.tsv",
+    params:
+        results=lambda wc: f"results/{wc.model}",
+        checkpoints=lambda wc: checkpoints(wc.model),
+    log:
+        "logs/training_figure/{model}.log",
+    benchmark:
+        "benchmarks/training_figure/{model}.tsv"
+    conda:
+        "../envs/plots.yaml"
+    script:
+        "../scripts/training_figure.py"
+
+
+def training_tables(model):
+    """The per-checkpoint tables (OUTPUTS.md) that the dynamics figure follows along the training steps."""
+    tables = ("tokenwise.tsv", "spectra.tsv", "cumulative.tsv", "coupling.tsv")
+    return [f"results/{model}/{c}/{t}" for c in checkpoints(model) for t in tables]
+
+
+register_outputs(
+    lambda: [f"results/figures/training_dynamics_{m}.png" for m in trained_models()]
+    + [f"results/figures/training_dynamics_{m}.pdf" for m in trained_models()]
+)
