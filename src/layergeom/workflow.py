@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import sys
 
 from .runtime import LayergeomError, set_determinism, setup_logging
@@ -23,6 +25,14 @@ def job(snakemake, seed: int | None = None, threads: int | None = None):
     old = sys.stderr
     if stream:
         sys.stderr = stream
+    env = {k: os.environ.get(k, "") for k in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
+    log.info(
+        "job rule=%s host=%s slurm_job_id=%s cuda_visible_devices=%s",
+        getattr(snakemake, "rule", "?"),
+        socket.gethostname(),
+        env["SLURM_JOB_ID"] or "none",
+        env["CUDA_VISIBLE_DEVICES"] or "none",
+    )
     try:
         set_determinism(0 if seed is None else seed, threads or getattr(snakemake, "threads", None))
         yield
