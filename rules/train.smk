@@ -22,6 +22,7 @@ rule train_model:
         hf_config=lambda wc: model_cfg(wc.model)["hf_config"],
         train=lambda wc: section(wc.model, "train"),
         window_tokens=config["corpus"]["window_tokens"],
+        run=run_settings(),
     log:
         "logs/train_model/{model}.log",
     benchmark:
@@ -30,7 +31,7 @@ rule train_model:
         "../envs/torch.yaml"
     threads: lambda wc: section(wc.model, "train")["threads"]
     resources:
-        gpu=0,
+        gpu=gpu_jobs(),
         mem_mb=4000,
     script:
         "../scripts/train_model.py"

@@ -4,6 +4,7 @@ from pathlib import Path
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom import corpus, models, train
+from layergeom.runtime import resolve_device
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
@@ -12,5 +13,6 @@ with job(sm, seed=sm.params.train["seed"], threads=sm.params.train["threads"]):
     tok = models.load_tokenizer(Path(sm.input.tokenizer).parent)
     windows = corpus.make_windows(docs, tok, None, sm.params.window_tokens, sm.params.train["seed"])["tokens"]
     out = Path(sm.output.checkpoints)
-    train.train(sm.params.family, sm.params.hf_config, windows, tok, sm.params.train, out, sm.wildcards.model)
+    dev = resolve_device(sm.params.run["device"])
+    train.train(sm.params.family, sm.params.hf_config, windows, tok, sm.params.train, out, sm.wildcards.model, dev)
     shutil.copyfile(out / "curves.tsv", sm.output.curves)

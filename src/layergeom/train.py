@@ -68,6 +68,7 @@ def train(
     tcfg: dict,
     out_dir: str | Path,
     model_name: str,
+    device: str = "cpu",
 ) -> list[dict]:
     """Train from a seeded init on `tokens` (n, T); write ``out_dir/step{N}/`` checkpoints and curves.
 
@@ -76,10 +77,10 @@ def train(
     seed = int(tcfg["seed"])
     torch.manual_seed(seed)
     train_tok, held_tok = split_windows(tokens, tcfg["heldout_fraction"], seed)
-    train_t, held_t = torch.as_tensor(train_tok), torch.as_tensor(held_tok)
+    train_t, held_t = torch.as_tensor(train_tok, device=device), torch.as_tensor(held_tok, device=device)
     steps_total = int(tcfg["steps"])
     keep = set(log_spaced_steps(steps_total, int(tcfg["n_checkpoints"])))
-    model = build_random(family, hf_config, seed)
+    model = build_random(family, hf_config, seed).to(device)
     model.config._attn_implementation = "sdpa"  # fused attention for training; analyses reload with eager
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.95))
@@ -111,7 +112,7 @@ def train(
                 model.train()
             if step == steps_total:
                 break
-            idx = torch.randint(0, len(train_t), (bs,), generator=gen)
+            idx = torch.randint(0, len(train_t), (bs,), generator=gen).to(device)
             ids = train_t[idx]
             loss = model(input_ids=ids, labels=ids).loss
             if not torch.isfinite(loss):
