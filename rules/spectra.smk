@@ -1,0 +1,167 @@
+# Paper B spectral geometry (METHODS.md §2): exact sublayer Jacobians, their spectra, the cumulative
+# operator through depth and the Schur surgery, per model and checkpoint; figures per model.
+
+
+def spectra_jacobians(model, checkpoint, ext):
+    return [f"results/{model}/{checkpoint}/jacobians/{b}.{ext}" for b in boundaries(model)]
+
+
+def spectra_inputs(wildcards):
+    m, c = wildcards.model, wildcards.checkpoint
+    return {"npy": spectra_jacobians(m, c, "npy"), "tsv": spectra_jacobians(m, c, "tsv")}
+
+
+def spectra_seed(model):
+    s = section(model, "spectra")["schur_control_seed"]
+    return config["seed"] if s is None else s
+
+
+# ---- Jacobians: one job per (model, checkpoint) writing every boundary's J̄_b ----------------------
+# Loading the weights and importing torch costs seconds per job (minutes per job for multi-GB models
+# on a GPU node), while the outputs must stay one file per boundary (the topology stage reads
+# jacobians/{boundary}.npy). The boundary list is known from the config, so each model gets its own
+# rule with the exact list of outputs; checkpoints remain the wildcard that fans out.
+for _m in MODELS:
+
+    rule:
+        name:
+            f"spectra_jacobians_{re.sub(r'[^A-Za-z0-9_]', '_', _m)}"
+        input:
+            weights=f"resources/models/{_m}/{{checkpoint}}/model.safetensors",
+            activations=f"results/{_m}/{{checkpoint}}/activations",
+        output:
+            npy=spectra_jacobians(_m, "{checkpoint}", "npy"),
+            tsv=spectra_jacobians(_m, "{checkpoint}", "tsv"),
+        params:
+            boundaries=boundaries(_m),
+            spectra=section(_m, "spectra"),
+            run=run_settings(),
+        log:
+            f"logs/spectra_jacobians/{_m}/{{checkpoint}}.log",
+        benchmark:
+            f"benchmarks/spectra_jacobians/{_m}/{{checkpoint}}.tsv"
+        conda:
+            "../envs/torch.yaml"
+        threads: job_threads()
+        resources:
+            gpu=gpu_jobs(),
+            mem_mb=4000,
+        script:
+            "../scripts/spectra_jacobians.py"
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+rule spectra_table:
+    input:
+        unpack(spectra_inputs),
+    output:
+        table="results/{model}/{checkpoint}/spectra.tsv",
+        eigenvalues="results/{model}/{checkpoint}/eigenvalues.tsv",
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
+    log:
+        "logs/spectra_table/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_table/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: job_threads()
+    script:
+        "../scripts/spectra_table.py"
+
+
+rule spectra_cumulative:
+    input:
+        npy=lambda wc: spectra_jacobians(wc.model, wc.checkpoint, "npy"),
+    output:
+        "results/{model}/{checkpoint}/cumulative.tsv",
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+    log:
+        "logs/spectra_cumulative/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_cumulative/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: job_threads()
+    script:
+        "../scripts/spectra_cumulative.py"
+
+
+rule spectra_schur:
+    input:
+        npy=lambda wc: spectra_jacobians(wc.model, wc.checkpoint, "npy"),
+    output:
+        "results/{model}/{checkpoint}/schur.tsv",
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
+        seed=lambda wc: spectra_seed(wc.model),
+    log:
+        "logs/spectra_schur/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_schur/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: job_threads()
+    script:
+        "../scripts/spectra_schur.py"
+
+
+# ---- figures (one per model, every checkpoint in it) ----------------------------------------------
+SPECTRA_FIGURES = {
+    "eigenvalues": ("eigenvalues.tsv", "Eigenvalues of J̄_b in the complex plane"),
+    "gradient": ("spectra.tsv", "Spectral gradient through depth"),
+    "cumulative": ("cumulative.tsv", "Cumulative effective rank"),
+    "schur": ("schur.tsv", "Schur surgery"),
+}
+
+
+def spectra_figure_settings(model):
+    return {
+        "model": model,
+        "label": model_cfg(model).get("label", model),
+        "checkpoints": checkpoints(model),
+        "boundaries": boundaries(model),
+        "n_layers": n_layers(model),
+        "spectra": section(model, "spectra"),
+    }
+
+
+# Snakemake does not expand wildcards in caption paths, so each figure gets its own rule and caption.
+for _fig, (_table, _title) in SPECTRA_FIGURES.items():
+
+    rule:
+        name:
+            f"spectra_figure_{_fig}"
+        input:
+            lambda wc, table=_table: [f"results/{wc.model}/{c}/{table}" for c in checkpoints(wc.model)],
+        output:
+            png=report(
+                f"results/figures/spectra_{_fig}_{{model}}.png",
+                caption=f"../report/spectra_{_fig}.rst",
+                category="Paper B: spectral geometry",
+                subcategory=_title,
+                labels=lambda wc, fig=_fig: {"model": wc.model, "figure": fig},
+            ),
+            pdf=f"results/figures/spectra_{_fig}_{{model}}.pdf",
+        params:
+            figure=_fig,
+            settings=lambda wc: spectra_figure_settings(wc.model),
+        log:
+            f"logs/spectra_figure_{_fig}/{{model}}.log",
+        benchmark:
+            f"benchmarks/spectra_figure_{_fig}/{{model}}.tsv"
+        conda:
+            "../envs/plots.yaml"
+        script:
+            "../scripts/spectra_figure.py"
+
+
+register_outputs(
+    lambda: per_checkpoint("results/{model}/{checkpoint}/spectra.tsv")
+    + per_checkpoint("results/{model}/{checkpoint}/cumulative.tsv")
+    + per_checkpoint("results/{model}/{checkpoint}/schur.tsv")
+    + [f"results/figures/spectra_{f}_{m}.{ext}" for m in MODELS for f in SPECTRA_FIGURES for ext in ("png", "pdf")]
+)

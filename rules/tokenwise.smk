@@ -1,0 +1,149 @@
+# Paper A tokenwise decomposition (METHODS.md §1): per block transition, neighbourhood fits of six map
+# classes and the per-anchor geometry; per checkpoint, the functional KL of every patch (one clean pass
+# per window serves all layers) and the summary table with Spearman rho(RelErr, KL); the Paper A figures.
+
+
+def tokenwise_layer_files(wildcards, suffix):
+    return [f"results/{wildcards.model}/{wildcards.checkpoint}/tokenwise/L{l}.{suffix}" for l in layers(wildcards.model)]
+
+
+def tokenwise_runs():
+    return [f"{m}/{c}" for m in MODELS for c in checkpoints(m)]
+
+
+rule tokenwise_fit:
+    input:
+        activations="results/{model}/{checkpoint}/activations",
+    output:
+        table="results/{model}/{checkpoint}/tokenwise/L{layer}.tsv",
+        patches=temp("results/{model}/{checkpoint}/tokenwise/L{layer}.patches.npz"),
+    params:
+        tokenwise=lambda wc: section(wc.model, "tokenwise"),
+        run=run_settings(),
+    log:
+        "logs/tokenwise_fit/{model}/{checkpoint}/L{layer}.log",
+    benchmark:
+        "benchmarks/tokenwise_fit/{model}/{checkpoint}/L{layer}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: job_threads()
+    resources:
+        gpu=gpu_jobs(),
+        mem_mb=3000,
+    script:
+        "../scripts/tokenwise_fit.py"
+
+
+rule tokenwise_kl:
+    input:
+        weights="resources/models/{model}/{checkpoint}/model.safetensors",
+        activations="results/{model}/{checkpoint}/activations",
+        patches=lambda wc: tokenwise_layer_files(wc, "patches.npz"),
+    output:
+        "results/{model}/{checkpoint}/tokenwise/kl.tsv",
+    params:
+        run=run_settings(),
+    log:
+        "logs/tokenwise_kl/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/tokenwise_kl/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: job_threads()
+    resources:
+        gpu=gpu_jobs(),
+        mem_mb=4000,
+    script:
+        "../scripts/tokenwise_kl.py"
+
+
+rule tokenwise_summary:
+    input:
+        tables=lambda wc: tokenwise_layer_files(wc, "tsv"),
+        kl="results/{model}/{checkpoint}/tokenwise/kl.tsv",
+    output:
+        summary="results/{model}/{checkpoint}/tokenwise.tsv",
+        anchors="results/{model}/{checkpoint}/tokenwise/anchors.tsv",
+        pooled="results/{model}/{checkpoint}/tokenwise/pooled.tsv",
+    params:
+        tokenwise=lambda wc: section(wc.model, "tokenwise"),
+        seed=config["seed"],
+    log:
+        "logs/tokenwise_summary/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/tokenwise_summary/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/plots.yaml"
+    script:
+        "../scripts/tokenwise_summary.py"
+
+
+TOKENWISE_FIGURES = {
+    "geometry": "alignment, angle and projection per layer",
+    "relerr": "RelErr per class and layer",
+    "relerr_kl": "RelErr vs KL",
+    "rho": "Spearman rho heat-map",
+    "energy_rank": "energy captured vs rank",
+}
+
+
+rule tokenwise_figures:
+    input:
+        summaries=per_checkpoint("results/{model}/{checkpoint}/tokenwise.tsv"),
+        anchors=per_checkpoint("results/{model}/{checkpoint}/tokenwise/anchors.tsv"),
+        pooled=per_checkpoint("results/{model}/{checkpoint}/tokenwise/pooled.tsv"),
+    output:
+        geometry=report(
+            "results/figures/tokenwise_geometry.png",
+            caption="../report/tokenwise_geometry.rst",
+            category="Paper A: tokenwise decomposition",
+            labels={"figure": TOKENWISE_FIGURES["geometry"]},
+        ),
+        geometry_pdf="results/figures/tokenwise_geometry.pdf",
+        relerr=report(
+            "results/figures/tokenwise_relerr.png",
+            caption="../report/tokenwise_relerr.rst",
+            category="Paper A: tokenwise decomposition",
+            labels={"figure": TOKENWISE_FIGURES["relerr"]},
+        ),
+        relerr_pdf="results/figures/tokenwise_relerr.pdf",
+        relerr_kl=report(
+            "results/figures/tokenwise_relerr_kl.png",
+            caption="../report/tokenwise_relerr_kl.rst",
+            category="Paper A: tokenwise decomposition",
+            labels={"figure": TOKENWISE_FIGURES["relerr_kl"]},
+        ),
+        relerr_kl_pdf="results/figures/tokenwise_relerr_kl.pdf",
+        rho=report(
+            "results/figures/tokenwise_rho.png",
+            caption="../report/tokenwise_rho.rst",
+            category="Paper A: tokenwise decomposition",
+            labels={"figure": TOKENWISE_FIGURES["rho"]},
+        ),
+        rho_pdf="results/figures/tokenwise_rho.pdf",
+        energy_rank=report(
+            "results/figures/tokenwise_energy_rank.png",
+            caption="../report/tokenwise_energy_rank.rst",
+            category="Paper A: tokenwise decomposition",
+            labels={"figure": TOKENWISE_FIGURES["energy_rank"]},
+        ),
+        energy_rank_pdf="results/figures/tokenwise_energy_rank.pdf",
+    params:
+        runs=tokenwise_runs(),
+        labels={m: model_cfg(m).get("label", m) for m in MODELS},
+        proj_k={m: section(m, "tokenwise")["proj_k"] for m in MODELS},
+    log:
+        "logs/tokenwise_figures/all.log",
+    benchmark:
+        "benchmarks/tokenwise_figures/all.tsv"
+    conda:
+        "../envs/plots.yaml"
+    script:
+        "../scripts/tokenwise_figures.py"
+
+
+register_outputs(
+    lambda: per_checkpoint("results/{model}/{checkpoint}/tokenwise.tsv")
+    + per_checkpoint("results/{model}/{checkpoint}/tokenwise/pooled.tsv")
+    + [f"results/figures/tokenwise_{f}.{ext}" for f in TOKENWISE_FIGURES for ext in ("png", "pdf")]
+)

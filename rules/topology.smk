@@ -1,0 +1,150 @@
+# Paper B topology (METHODS.md §3): correlation graphs and signed Leiden communities per boundary,
+# coupling of participation to Jacobian amplification per checkpoint, and the topology figures.
+#
+# One graph job per (model, checkpoint, boundary): the boundary is the method's unit (one graph, one J̄_b),
+# a job reads one memmap, and at d >= 2048 its correlations and Leiden dominate the ~4 s start-up; a
+# cluster runs the boundaries in parallel and a changed model reruns only its own graphs.
+
+
+localrules:
+    coupling_significant_layers,
+
+
+rule topology_graph:
+    input:
+        activations="results/{model}/{checkpoint}/activations",
+    output:
+        nodes="results/{model}/{checkpoint}/graphs/{boundary}.tsv",
+        edges="results/{model}/{checkpoint}/graphs/{boundary}.edges.tsv",
+        sweep="results/{model}/{checkpoint}/graphs/{boundary}.sweep.tsv",
+    params:
+        topology=lambda wc: section(wc.model, "topology"),
+        run=run_settings(),
+    log:
+        "logs/topology_graph/{model}/{checkpoint}/{boundary}.log",
+    benchmark:
+        "benchmarks/topology_graph/{model}/{checkpoint}/{boundary}.tsv"
+    conda:
+        "../envs/graphs.yaml"
+    threads: job_threads()
+    resources:
+        mem_mb=4000,
+    script:
+        "../scripts/topology_graph.py"
+
+
+rule topology_coupling:
+    input:
+        graphs=lambda wc: [f"results/{wc.model}/{wc.checkpoint}/graphs/{b}.tsv" for b in boundaries(wc.model)],
+        sweeps=lambda wc: [f"results/{wc.model}/{wc.checkpoint}/graphs/{b}.sweep.tsv" for b in boundaries(wc.model)],
+        jacobians=lambda wc: [f"results/{wc.model}/{wc.checkpoint}/jacobians/{b}.npy" for b in boundaries(wc.model)],
+        spectra="results/{model}/{checkpoint}/spectra.tsv",  # Henrici departures, computed once there
+    output:
+        table="results/{model}/{checkpoint}/coupling.tsv",
+        by_operator="results/{model}/{checkpoint}/coupling_by_operator.tsv",
+        sweep="results/{model}/{checkpoint}/coupling_sweep.tsv",
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        topology=lambda wc: section(wc.model, "topology"),
+        run=run_settings(),
+    log:
+        "logs/topology_coupling/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/topology_coupling/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/graphs.yaml"
+    threads: job_threads()
+    resources:
+        mem_mb=4000,
+    script:
+        "../scripts/topology_coupling.py"
+
+
+rule topology_graph_figure:
+    input:
+        nodes="results/{model}/{checkpoint}/graphs/{boundary}.tsv",
+        edges="results/{model}/{checkpoint}/graphs/{boundary}.edges.tsv",
+    output:
+        png=report(
+            "results/figures/topology_graph_{model}_{checkpoint}_{boundary}.png",
+            caption="../report/topology_graph.rst",
+            category="Paper B: topology",
+            subcategory="{model}",
+            labels={"model": "{model}", "checkpoint": "{checkpoint}", "boundary": "{boundary}", "figure": "graph"},
+        ),
+        pdf="results/figures/topology_graph_{model}_{checkpoint}_{boundary}.pdf",
+    params:
+        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
+        seed=config["seed"],
+    log:
+        "logs/topology_graph_figure/{model}/{checkpoint}/{boundary}.log",
+    benchmark:
+        "benchmarks/topology_graph_figure/{model}/{checkpoint}/{boundary}.tsv"
+    conda:
+        "../envs/graphs.yaml"
+    script:
+        "../scripts/topology_graph_figure.py"
+
+
+rule topology_coupling_figure:
+    input:
+        lambda wc: [f"results/{wc.model}/{c}/coupling.tsv" for c in checkpoints(wc.model)],
+    output:
+        png=report(
+            "results/figures/coupling_rho_{model}.png",
+            caption="../report/topology_coupling.rst",
+            category="Paper B: topology",
+            subcategory="{model}",
+            labels={"model": "{model}", "figure": "coupling ρ vs layer"},
+        ),
+        pdf="results/figures/coupling_rho_{model}.pdf",
+    params:
+        checkpoints=lambda wc: checkpoints(wc.model),
+        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
+    log:
+        "logs/topology_coupling_figure/{model}.log",
+    benchmark:
+        "benchmarks/topology_coupling_figure/{model}.tsv"
+    conda:
+        "../envs/graphs.yaml"
+    script:
+        "../scripts/topology_coupling_figure.py"
+
+
+rule coupling_significant_layers:
+    input:
+        per_checkpoint("results/{model}/{checkpoint}/coupling.tsv"),
+    output:
+        table="results/figures/coupling_significant_layers.tsv",
+        png=report(
+            "results/figures/coupling_significant_layers.png",
+            caption="../report/topology_significant.rst",
+            category="Paper B: topology",
+            labels={"figure": "FDR-significant layers per checkpoint"},
+        ),
+        pdf="results/figures/coupling_significant_layers.pdf",
+    params:
+        runs=[[m, c] for m in MODELS for c in checkpoints(m)],
+    log:
+        "logs/coupling_significant_layers/all.log",
+    benchmark:
+        "benchmarks/coupling_significant_layers/all.tsv"
+    conda:
+        "../envs/graphs.yaml"
+    script:
+        "../scripts/topology_significant.py"
+
+
+# the community figure shows topology.figure_boundary, or the middle boundary in depth order
+register_outputs(
+    lambda: per_checkpoint("results/{model}/{checkpoint}/coupling.tsv")
+    + [
+        f"results/figures/topology_graph_{m}_{c}_{b}.{ext}"
+        for m in MODELS
+        for b in [section(m, "topology")["figure_boundary"] or boundaries(m)[len(boundaries(m)) // 2]]
+        for c in checkpoints(m)
+        for ext in ("png", "pdf")
+    ]
+    + [f"results/figures/coupling_rho_{m}.{ext}" for m in MODELS for ext in ("png", "pdf")]
+    + [f"results/figures/coupling_significant_layers.{ext}" for ext in ("tsv", "png", "pdf")]
+)

@@ -1,0 +1,16 @@
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
+from layergeom.plots.tokenwise import make_figures
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+with job(sm):
+    make_figures(
+        summaries=dict(zip(sm.params.runs, sm.input.summaries)),
+        anchors=dict(zip(sm.params.runs, sm.input.anchors)),
+        pooled=dict(zip(sm.params.runs, sm.input.pooled)),
+        labels=sm.params.labels,
+        proj_k=sm.params.proj_k,
+        outputs=dict(sm.output.items()),
+    )

@@ -1,0 +1,21 @@
+import os
+import sys
+from pathlib import Path
+
+# OpenMP threads that spin while waiting make small torch ops 10-100x slower on a shared machine
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
+from layergeom.runtime import resolve_device
+from layergeom.tokenwise.pipeline import run_kl_checkpoint
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
+    run_kl_checkpoint(
+        Path(sm.input.weights).parent,
+        sm.input.activations,
+        list(sm.input.patches),
+        device=resolve_device(sm.params.run["device"]),
+        out=sm.output[0],
+    )

@@ -1,0 +1,291 @@
+"""Coupling of graph topology to Jacobian amplification (Paper B §3.4-3.5).
+
+Per boundary b: the amplification a_i of every residual unit i by the mean Jacobian J̄_b, the Spearman
+correlation ρ(P_i, a_i) with the participation coefficient across units and its permutation p-value;
+then Benjamini-Hochberg across the boundaries of one model checkpoint, the number of FDR-significant
+layers, and the sign of ρ by operator type (attention / MLP / block; non-normal vs near-symmetric at the
+median Henrici departure of the checkpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .runtime import LayergeomError
+from .spectra import henrici_departure
+
+log = logging.getLogger("layergeom")
+
+AMPLIFICATIONS = ("full", "update", "self")
+
+
+def henrici(J: np.ndarray) -> float:
+    """The spectra stage's normalised Henrici departure of J̄_b (eigenvalues by LAPACK in float64)."""
+    J = np.asarray(J, dtype=np.float64)
+    return henrici_departure(J, np.linalg.eigvals(J))
+
+
+def amplification(J: np.ndarray, variant: str = "full") -> np.ndarray:
+    """Amplification of unit i by J̄_b: ln‖(I+J)e_i‖₂ (full), ln‖J e_i‖₂ (update) or ln|1+J_ii| (self gain)."""
+    J = np.asarray(J, dtype=np.float64)
+    if J.ndim != 2 or J.shape[0] != J.shape[1]:
+        raise LayergeomError(f"a Jacobian must be square, got shape {J.shape}")
+    with np.errstate(divide="ignore"):
+        if variant == "full":
+            cols = J + np.eye(J.shape[0])  # the residual map I + J̄; column i is its image of e_i
+            return np.log(np.linalg.norm(cols, axis=0))
+        if variant == "update":
+            return np.log(np.linalg.norm(J, axis=0))
+        if variant == "self":  # the residual map's gain from unit i back onto unit i itself
+            return np.log(np.abs(1.0 + np.diag(J)))
+    raise LayergeomError(f"amplification must be one of {AMPLIFICATIONS}, got '{variant}'")
+
+
+def spearman_permutation(x: np.ndarray, y: np.ndarray, n_permutations: int, rng) -> tuple[float, float, int]:
+    """Spearman ρ(x, y) with a two-sided permutation p-value; returns (ρ, p, n) over the pairs finite in both.
+
+    Both variables are ranked once; the null permutes x's ranks against y's in one vectorised batch
+    (scipy.stats.permutation_test, p = (1 + #{extreme}) / (1 + n_permutations), doubled for two sides).
+    """
+    ok = np.isfinite(x) & np.isfinite(y)
+    n = int(ok.sum())
+    if n < 3:
+        return np.nan, np.nan, n
+    rx = stats.rankdata(x[ok])
+    ry = stats.rankdata(y[ok])
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denom = np.sqrt(np.sum(rx * rx) * np.sum(ry * ry))
+    if denom == 0:  # one variable is constant: ρ undefined
+        return np.nan, np.nan, n
+
+    def rho(rx_perm, axis=-1):
+        return np.sum(np.moveaxis(rx_perm, axis, -1) * ry, axis=-1) / denom  # (n_perm,)
+
+    res = stats.permutation_test(
+        (rx,), rho, permutation_type="pairings", n_resamples=int(n_permutations), vectorized=True,
+        alternative="two-sided", rng=rng,
+    )  # fmt: skip
+    return float(res.statistic), float(res.pvalue), n
+
+
+def fdr_bh(p: np.ndarray, q: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Benjamini-Hochberg across the finite p-values (statsmodels fdr_bh); NaN p gives NaN q, not significant."""
+    p = np.asarray(p, dtype=np.float64)
+    ok = np.isfinite(p)
+    reject = np.zeros(p.shape, dtype=bool)
+    qval = np.full(p.shape, np.nan)
+    if ok.any():
+        from statsmodels.stats.multitest import multipletests
+
+        reject[ok], qval[ok], _, _ = multipletests(p[ok], alpha=q, method="fdr_bh")
+    return reject, qval
+
+
+def _parse(boundary: str) -> tuple[int, str]:
+    layer, kind = boundary.split(".")
+    return int(layer[1:]), kind
+
+
+def coupling_rows(
+    participations: dict[str, np.ndarray],
+    boundary_flags: dict[str, np.ndarray],
+    jacobians: dict[str, np.ndarray],
+    n_permutations: int,
+    seed: int,
+    henrici_values: dict[str, float] | None = None,
+) -> pd.DataFrame:
+    """ρ(P_i, a_i) and its permutation p-value for every boundary and amplification variant (no FDR yet).
+
+    ``jacobians`` maps boundary -> J̄_b (or a path to its .npy); the boundaries keep their given (depth) order.
+    ``henrici_values`` (boundary -> H, e.g. from spectra.tsv) saves recomputing the eigenvalues of every J̄_b.
+    """
+    rows = []
+    for bi, (b, p) in enumerate(participations.items()):
+        J = jacobians[b]
+        J = np.load(J) if isinstance(J, str | Path) else np.asarray(J)
+        if J.shape != (len(p), len(p)):
+            raise LayergeomError(f"{b}: Jacobian shape {J.shape} does not match the graph's {len(p)} nodes")
+        if not np.isfinite(J).all():
+            raise LayergeomError(f"{b}: the mean Jacobian has non-finite entries")
+        layer, kind = _parse(b)
+        h = henrici(J) if henrici_values is None else float(henrici_values[b])
+        row = {"boundary": b, "layer": layer, "kind": kind, "henrici": h}
+        for vi, variant in enumerate(AMPLIFICATIONS):
+            a = amplification(J, variant)
+            rng = np.random.default_rng([seed, bi, vi])  # one independent stream per (boundary, variant)
+            rho, pval, n = spearman_permutation(p, a, n_permutations, rng)
+            flag = boundary_flags[b] & np.isfinite(a)
+            rest = ~boundary_flags[b] & np.isfinite(a)
+            gap = float(a[flag].mean() - a[rest].mean()) if flag.any() and rest.any() else np.nan
+            row |= {f"rho_{variant}": rho, f"p_{variant}": pval, f"n_units_{variant}": n, f"amp_gap_{variant}": gap}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def apply_fdr(table: pd.DataFrame, amplification_variant: str, q: float) -> pd.DataFrame:
+    """Add q-values per variant and the primary columns rho, p_value, q_value, significant of one checkpoint."""
+    out = table.copy()
+    for variant in AMPLIFICATIONS:
+        if f"p_{variant}" in out:
+            reject, qval = fdr_bh(out[f"p_{variant}"].to_numpy(), q)
+            out[f"q_{variant}"] = qval
+            out[f"significant_{variant}"] = reject
+    v = amplification_variant
+    out["rho"], out["p_value"] = out[f"rho_{v}"], out[f"p_{v}"]
+    out["q_value"], out["significant"] = out[f"q_{v}"], out[f"significant_{v}"]
+    out["n_units"], out["amp_gap"] = out[f"n_units_{v}"], out[f"amp_gap_{v}"]
+    out["amplification"] = v
+    return out
+
+
+def henrici_split(henrici_values: np.ndarray) -> np.ndarray:
+    """Operator type by the Henrici departure: `non-normal` above the checkpoint's median, else `near-symmetric`."""
+    h = np.asarray(henrici_values, dtype=np.float64)
+    return np.where(h > np.nanmedian(h), "non-normal", "near-symmetric")
+
+
+COUPLING_COLUMNS = ["boundary", "layer", "kind", "n_communities", "rho", "p_value", "q_value", "significant"]
+
+
+def coupling_table(
+    graphs: dict[str, pd.DataFrame],
+    jacobians: dict[str, np.ndarray | str | Path],
+    cfg: dict,
+    seed: int,
+    henrici_values: dict[str, float] | None = None,
+) -> pd.DataFrame:
+    """The coupling table of one model checkpoint: one row per boundary, OUTPUTS.md columns first.
+
+    ``graphs`` maps boundary -> its node table (columns community, participation, boundary) in depth order;
+    ``henrici_values`` as in ``coupling_rows`` (computed from the Jacobians when None).
+    """
+    parts = {b: g["participation"].to_numpy(dtype=np.float64) for b, g in graphs.items()}
+    flags = {b: g["boundary"].to_numpy(dtype=bool) for b, g in graphs.items()}
+    floor = 2.0 / (cfg["n_permutations"] + 1)  # the smallest two-sided permutation p-value
+    if floor > cfg["fdr_q"] / max(len(parts), 1):
+        log.warning(
+            "n_permutations=%d: p >= %.2g, so BH at q=%g over %d boundaries needs >= %d of them at that floor "
+            "before any is significant; raise n_permutations to >= %d to resolve single boundaries",
+            cfg["n_permutations"], floor, cfg["fdr_q"], len(parts), int(np.ceil(floor * len(parts) / cfg["fdr_q"])),
+            int(np.ceil(2 * len(parts) / cfg["fdr_q"])),
+        )  # fmt: skip
+    raw = coupling_rows(parts, flags, jacobians, cfg["n_permutations"], seed, henrici_values)
+    out = apply_fdr(raw, cfg["amplification"], cfg["fdr_q"])
+    out["n_communities"] = [int(graphs[b]["community"].max()) + 1 for b in out["boundary"]]
+    out["n_boundary_nodes"] = [int(graphs[b]["boundary"].sum()) for b in out["boundary"]]
+    out["operator"] = henrici_split(out["henrici"].to_numpy())
+    out["resolution"] = float(cfg["resolution"])
+    extra = [c for c in out.columns if c not in COUPLING_COLUMNS]
+    first = ["amplification", "n_units", "n_boundary_nodes", "amp_gap", "henrici", "operator", "resolution"]
+    return out[COUPLING_COLUMNS + first + [c for c in extra if c not in first]]
+
+
+def sweep_table(
+    sweeps: dict[str, pd.DataFrame],
+    jacobians: dict[str, np.ndarray | str | Path],
+    cfg: dict,
+    seed: int,
+) -> pd.DataFrame:
+    """Coupling at every swept resolution γ (primary amplification only), BH within each γ."""
+    v = cfg["amplification"]
+    tables = []
+    for gamma in sorted({float(g) for s in sweeps.values() for g in s["gamma"].unique()}):
+        sub = {b: s[s["gamma"] == gamma].sort_values("node") for b, s in sweeps.items()}
+        rows = []
+        for bi, (b, g) in enumerate(sub.items()):
+            J = jacobians[b]
+            J = np.load(J) if isinstance(J, str | Path) else np.asarray(J)
+            rng = np.random.default_rng([seed, bi, AMPLIFICATIONS.index(v)])
+            rho, pval, n = spearman_permutation(
+                g["participation"].to_numpy(dtype=np.float64), amplification(J, v), cfg["n_permutations"], rng
+            )
+            layer, kind = _parse(b)
+            rows.append(
+                {"gamma": gamma, "boundary": b, "layer": layer, "kind": kind,
+                 "n_communities": int(g["community"].max()) + 1, "rho": rho, "p_value": pval, "n_units": n}
+            )  # fmt: skip
+        t = pd.DataFrame(rows)
+        t["significant"], t["q_value"] = fdr_bh(t["p_value"].to_numpy(), cfg["fdr_q"])
+        tables.append(t)
+    cols = [
+        "gamma",
+        "boundary",
+        "layer",
+        "kind",
+        "n_communities",
+        "rho",
+        "p_value",
+        "q_value",
+        "significant",
+        "n_units",
+    ]
+    return pd.concat(tables, ignore_index=True)[cols]
+
+
+def checkpoint_coupling(boundaries, graph_paths, sweep_paths, jacobian_paths, spectra_path, cfg: dict, seed: int):
+    """coupling.tsv, its operator-type summary and the resolution sweep of one model checkpoint, from files.
+
+    The Henrici departures come from the spectra stage's table (column ``henrici``), computed there once.
+    """
+    from .communities import read_tsv
+
+    spectra = read_tsv(spectra_path).set_index("boundary")["henrici"]
+    missing = sorted(set(boundaries) - set(spectra.index))
+    if missing:
+        raise LayergeomError(f"{spectra_path} has no henrici for {missing}")
+    graphs = {b: read_tsv(p) for b, p in zip(boundaries, graph_paths)}
+    jacobians = dict(zip(boundaries, map(str, jacobian_paths)))
+    table = coupling_table(graphs, jacobians, cfg, seed, henrici_values=spectra.to_dict())
+    sweeps = {b: read_tsv(p) for b, p in zip(boundaries, sweep_paths)}
+    return table, operator_summary(table), sweep_table(sweeps, jacobians, cfg, seed)
+
+
+def operator_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Sign of ρ by operator type: counts of significant positive / negative ρ per kind and Henrici class."""
+    groups = [("all", pd.Series("all", index=table.index)), ("kind", table["kind"]), ("operator", table["operator"])]
+    groups.append(("kind_operator", table["kind"] + "/" + table["operator"]))
+    rows = []
+    for grouping, labels in groups:
+        for label in pd.unique(labels):
+            t = table[labels == label]
+            sig = t["significant"].astype(bool)
+            rows.append(
+                {
+                    "grouping": grouping,
+                    "group": label,
+                    "n_boundaries": len(t),
+                    "n_significant": int(sig.sum()),
+                    "n_significant_positive": int((sig & (t["rho"] > 0)).sum()),
+                    "n_significant_negative": int((sig & (t["rho"] < 0)).sum()),
+                    "frac_rho_positive": float((t["rho"] > 0).mean()) if len(t) else np.nan,
+                    "mean_rho": float(t["rho"].mean()),
+                    "median_rho": float(t["rho"].median()),
+                    "median_henrici": float(t["henrici"].median()),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def significant_counts(tables: dict[tuple[str, str], pd.DataFrame]) -> pd.DataFrame:
+    """FDR-significant boundaries and layers (a layer counts if any of its boundaries is) per model checkpoint."""
+    rows = []
+    for (model, checkpoint), t in tables.items():
+        sig = t["significant"].astype(bool)
+        rows.append(
+            {
+                "model": model,
+                "checkpoint": checkpoint,
+                "n_layers": int(t["layer"].nunique()),
+                "n_boundaries": len(t),
+                "n_significant_layers": int(t.loc[sig, "layer"].nunique()),
+                "n_significant_boundaries": int(sig.sum()),
+                "n_significant_positive": int((sig & (t["rho"] > 0)).sum()),
+                "n_significant_negative": int((sig & (t["rho"] < 0)).sum()),
+            }
+        )
+    return pd.DataFrame(rows)

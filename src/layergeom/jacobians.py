@@ -1,0 +1,215 @@
+"""Exact per-sample Jacobians of sublayer updates and their mean (Paper B, METHODS.md §2.1-2.2).
+
+``J_b(s) = ∂F_b/∂x`` at the state ``x_s`` of sample s at boundary b, where ``F_b`` is the adapter's
+sublayer update: isolated (``adapter.update``: x fed alone as a length-1 sequence, the paper's choice)
+or in context (``adapter.update_in_context``: the same position with its real prefix, an extension).
+Derivatives are exact reverse- or forward-mode autodiff through ``torch.func``, vmapped over the samples
+of a chunk and over the d basis vectors, so each chunk is a handful of large batched GEMMs; the mean
+J̄_b is accumulated in float64 whatever the compute dtype.
+
+A sample is the last position of a window (never the BOS position 0): one sample per window, at most
+``n_samples`` windows (a seeded subset when there are more).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.func import jacfwd, jacrev, vmap
+
+from .adapters import Adapter, Boundary
+from .runtime import LayergeomError, atomic_path, progress
+
+log = logging.getLogger("layergeom")
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+SUMMARY_COLUMNS = ["sample", "window", "position", "x_norm", "fro_norm", "trace", "asymmetry", "spectral_norm"]
+
+
+def _parse(b: Boundary | str) -> Boundary:
+    return Boundary.parse(b) if isinstance(b, str) else b
+
+
+def _jac(mode: str):
+    try:
+        return {"rev": jacrev, "fwd": jacfwd}[mode]
+    except KeyError:
+        raise LayergeomError(f"spectra.autodiff: '{mode}' is not one of rev, fwd") from None
+
+
+# ---- batched exact Jacobians ------------------------------------------------------------------
+@torch.no_grad()  # torch.func differentiates regardless; nothing keeps a graph to the weights
+def isolated_jacobians(adapter: Adapter, b: Boundary | str, x: torch.Tensor, *, mode: str = "rev") -> torch.Tensor:
+    """Isolated sublayer Jacobians ∂F_b/∂x of one chunk of states x (c, d) -> (c, d, d), rows = outputs."""
+    b = _parse(b)
+
+    def f(v):  # (d,) -> (d,): one state fed alone as a length-1 sequence
+        return adapter.update(b, v[None])[0]
+
+    return vmap(_jac(mode)(f))(x)  # (c, d_out, d_in)
+
+
+@torch.no_grad()  # torch.func differentiates regardless; nothing keeps a graph to the weights
+def in_context_jacobians(
+    adapter: Adapter, b: Boundary | str, prefix: torch.Tensor, x: torch.Tensor, *, mode: str = "rev"
+) -> torch.Tensor:
+    """Same-position Jacobians ∂F_b/∂x at the last position of [prefix (c, T-1, d), x (c, d)] -> (c, d, d)."""
+    b = _parse(b)
+
+    def f(v, p):  # v (d,), p (T-1, d) -> (d,): the prefix is held fixed
+        return adapter.update_in_context(b, p[None], v[None])[0]
+
+    return vmap(_jac(mode)(f, argnums=0))(x, prefix)  # (c, d_out, d_in)
+
+
+@torch.no_grad()  # torch.func differentiates regardless; nothing keeps a graph to the weights
+def naive_jacobians(adapter: Adapter, b: Boundary | str, x: torch.Tensor) -> torch.Tensor:
+    """Reference: one ``torch.autograd.functional.jacobian`` call per sample (slow; for tests and benchmarks)."""
+    b = _parse(b)
+    return torch.stack(
+        [torch.autograd.functional.jacobian(lambda v: adapter.update(b, v[None])[0], xi) for xi in x]
+    )  # (N, d_out, d_in)
+
+
+# ---- samples ----------------------------------------------------------------------------------
+def sample_rows(n_windows: int, window_tokens: int, n_samples: int, seed: int = 0) -> np.ndarray:
+    """Store rows of the samples: the last position of each window, a seeded subset of n_samples windows."""
+    if window_tokens < 2:
+        raise LayergeomError("Jacobian samples need windows of at least 2 tokens (position 0 is BOS)")
+    windows = np.arange(n_windows)
+    if n_windows > n_samples:
+        windows = np.sort(np.random.default_rng(seed).choice(n_windows, size=n_samples, replace=False))
+    return windows * window_tokens + (window_tokens - 1)
+
+
+# ---- per-sample summaries ---------------------------------------------------------------------
+def sample_summaries(J: torch.Tensor, spectral_norm: bool = False) -> dict[str, np.ndarray]:
+    """Small per-sample metrics of Jacobians J (c, d, d): Frobenius norm, trace, asymmetry (and σ1)."""
+    J64 = J.double()
+    fro = torch.linalg.matrix_norm(J64)  # (c,)
+    asym = torch.linalg.matrix_norm(J64 - J64.transpose(1, 2)) / (2 * fro)
+    out = {
+        "fro_norm": fro,
+        "trace": J64.diagonal(dim1=1, dim2=2).sum(-1),
+        "asymmetry": asym,
+        "spectral_norm": torch.linalg.matrix_norm(J64, ord=2) if spectral_norm else torch.full_like(fro, np.nan),
+    }
+    return {k: v.cpu().numpy() for k, v in out.items()}
+
+
+# ---- the mean Jacobian --------------------------------------------------------------------------
+@dataclass
+class MeanJacobian:
+    """J̄_b (float64, d×d) and one row of summaries per sample."""
+
+    boundary: str
+    mean: np.ndarray  # (d, d) float64
+    summaries: pd.DataFrame
+    n_samples: int
+
+
+def mean_jacobian(
+    adapter: Adapter,
+    b: Boundary | str,
+    x: torch.Tensor,
+    prefix: torch.Tensor | None = None,
+    *,
+    chunk_size: int = 16,
+    mode: str = "rev",
+    spectral_norm: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Mean Jacobian J̄_b = mean_s J_b(s) over states x (N, d), chunked, accumulated in float64.
+
+    prefix (N, T-1, d) selects the in-context Jacobian; None the isolated one. Returns J̄ (d, d) and
+    per-sample summaries. MLP boundaries are tokenwise, so their in-context Jacobian is the isolated one
+    (the tests check this identity through the adapter); they skip the prefix.
+    """
+    b = _parse(b)
+    N, d = x.shape
+    if N == 0:
+        raise LayergeomError(f"no samples for the Jacobian at {b.name}")
+    total = torch.zeros(d, d, dtype=torch.float64, device=adapter.device)
+    parts: list[dict[str, np.ndarray]] = []
+    tokenwise = b.kind == "mlp"
+    for start in range(0, N, chunk_size):
+        xc = x[start : start + chunk_size].to(adapter.device, dtype)  # (c, d)
+        if prefix is None or tokenwise:
+            J = isolated_jacobians(adapter, b, xc, mode=mode)
+        else:
+            pc = prefix[start : start + chunk_size].to(adapter.device, dtype)  # (c, T-1, d)
+            J = in_context_jacobians(adapter, b, pc, xc, mode=mode)
+        if not torch.isfinite(J).all():
+            raise LayergeomError(f"non-finite Jacobian at {b.name} (samples {start}..{start + len(xc) - 1})")
+        total += J.double().sum(0)
+        s = sample_summaries(J, spectral_norm)
+        s["x_norm"] = xc.double().norm(dim=-1).cpu().numpy()
+        parts.append(s)
+    summaries = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return (total / N).cpu().numpy(), summaries
+
+
+def boundary_jacobians(
+    adapter: Adapter,
+    store,
+    boundaries: list[str],
+    outputs: dict[str, tuple[str | Path, str | Path]],
+    *,
+    n_samples: int = 256,
+    context: str = "isolated",
+    chunk_size: int = 16,
+    autodiff: str = "rev",
+    spectral_norm: bool = False,
+    dtype: str = "float32",
+    seed: int = 0,
+) -> dict[str, MeanJacobian]:
+    """Mean Jacobians of several boundaries from an activation store; writes {boundary}.npy and .tsv each.
+
+    outputs maps a boundary name to (npy path, tsv path). The .npy holds J̄_b (d×d, float64); the .tsv one
+    row per sample (window, position, state norm, Frobenius norm, trace, asymmetry, optional σ1).
+    """
+    if context not in ("isolated", "in_context"):
+        raise LayergeomError(f"spectra.context: '{context}' is not one of isolated, in_context")
+    torch_dtype = DTYPES[dtype]
+    if torch_dtype != next(adapter.model.parameters()).dtype:
+        adapter.model.to(torch_dtype)
+    T = store.window_tokens
+    rows = sample_rows(store.n_windows, T, n_samples, seed)  # (N,)
+    windows, positions = store.index[rows, 0], store.index[rows, 1]
+    if len(rows) < n_samples:
+        log.info("only %d windows: using %d samples instead of %d", store.n_windows, len(rows), n_samples)
+    results = {}
+    for name in progress(boundaries, desc="jacobians", unit="boundary"):
+        if name not in store.names:
+            raise LayergeomError(f"boundary {name} is not in the activation store {store.path}")
+        states = store.states(name)
+        x = torch.from_numpy(np.ascontiguousarray(states[rows]))  # (N, d)
+        prefix = None
+        if context == "in_context":
+            starts = rows - (T - 1)
+            prefix = torch.from_numpy(np.stack([states[s : s + T - 1] for s in starts]))  # (N, T-1, d)
+        mean, summ = mean_jacobian(
+            adapter,
+            name,
+            x,
+            prefix,
+            chunk_size=chunk_size,
+            mode=autodiff,
+            spectral_norm=spectral_norm,
+            dtype=torch_dtype,
+        )
+        table = pd.DataFrame({"sample": np.arange(len(rows)), "window": windows, "position": positions, **summ})
+        npy, tsv = outputs[name]
+        with atomic_path(npy) as tmp:
+            with open(tmp, "wb") as fh:
+                np.save(fh, mean)
+        with atomic_path(tsv) as tmp:
+            table[SUMMARY_COLUMNS].to_csv(tmp, sep="\t", index=False, na_rep="nan")
+        log.info("%s: J̄ over %d samples, ‖J̄‖_F = %.4g", name, len(rows), np.linalg.norm(mean))
+        results[name] = MeanJacobian(name, mean, table, len(rows))
+    return results

@@ -1,0 +1,128 @@
+"""Schur surgery (Paper B, METHODS.md §2.5): dial the non-normal part of each J̄_b and watch the bottleneck.
+
+Complex Schur ``J̄ = Q (Λ + N) Qᴴ`` (scipy.linalg.schur, ``output='complex'``): Λ the eigenvalues, N strictly
+upper triangular, the non-normal part. ``J(α) = Q (Λ + αN) Qᴴ`` keeps the eigenvalues for every α; α=0 is a
+normal matrix (Henrici departure 0), α=1 is J̄. Control: a random strictly upper-triangular N' with the same
+Frobenius norm as N (complex Gaussian, seeded per boundary). J(α) is generally complex; the metrics use
+conjugate transposes. Per-boundary metrics are unitarily invariant, so they are computed on the triangular
+``Λ + αN`` directly; the cumulative operators need ``J(α) = J₀ + α·Q N Qᴴ`` in the common basis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.linalg
+
+from .cumulative import cumulative_erank
+from .spectra import Decomposition, read_jacobians, spectral_metrics, write_tsv
+
+CONTROLS = ("none", "random")
+
+
+@dataclass
+class SchurForm:
+    """J = Q (diag(lam) + N) Qᴴ with N strictly upper triangular."""
+
+    Q: np.ndarray  # (d, d) unitary
+    lam: np.ndarray  # (d,) eigenvalues
+    N: np.ndarray  # (d, d) strictly upper triangular
+
+    @property
+    def normal_part(self) -> np.ndarray:
+        """J₀ = Q diag(λ) Qᴴ: the normal matrix with the same eigenvalues and Schur vectors."""
+        return (self.Q * self.lam) @ self.Q.conj().T
+
+
+def schur_form(J: np.ndarray) -> SchurForm:
+    """Complex Schur decomposition J = Q (Λ + N) Qᴴ in complex128 (scipy.linalg.schur)."""
+    T, Q = scipy.linalg.schur(np.asarray(J, dtype=np.complex128), output="complex")
+    return SchurForm(Q=Q, lam=np.diag(T).copy(), N=np.triu(T, 1))
+
+
+def random_strict_upper(d: int, fro: float, rng: np.random.Generator) -> np.ndarray:
+    """Control: a complex Gaussian strictly upper-triangular d×d matrix rescaled to Frobenius norm `fro`."""
+    N = np.triu(rng.standard_normal((d, d)) + 1j * rng.standard_normal((d, d)), 1)
+    nrm = np.linalg.norm(N)
+    return N * (fro / nrm) if nrm > 0 else N
+
+
+def schur_interpolate(form: SchurForm, alpha: float, N: np.ndarray | None = None) -> np.ndarray:
+    """J(α) = Q (Λ + αN) Qᴴ (N defaults to the matrix's own non-normal part)."""
+    N = form.N if N is None else N
+    return (form.Q * form.lam) @ form.Q.conj().T + alpha * (form.Q @ N @ form.Q.conj().T)
+
+
+def schur_surgery(
+    jacobians: dict[str, np.ndarray],
+    *,
+    alphas: Iterable[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    seed: int = 0,
+    variant: str = "update",
+    sr_k: int = 64,
+    complex_tol: float = 1e-9,
+    boundary_metrics: bool = True,
+) -> pd.DataFrame:
+    """schur.tsv: one row per (alpha, control, depth) with erank of the cumulative J(α) product.
+
+    Extra columns: the variant composed, the boundary at that depth, log ‖C_n‖_F, the ‖N‖_F of the
+    boundary and (boundary_metrics) every per-boundary metric of J_b(α), prefixed ``b_``.
+    """
+    names = list(jacobians)
+    alphas = [float(a) for a in alphas]
+    forms = [schur_form(jacobians[n]) for n in names]
+    J0 = [f.normal_part for f in forms]  # (d, d) each
+    nonnormal = {"none": [], "random": []}  # the N used per boundary, and Q N Qᴴ
+    rotated = {"none": [], "random": []}
+    for i, (name, f) in enumerate(zip(names, forms)):
+        J = np.asarray(jacobians[name], dtype=np.complex128)
+        nonnormal["none"].append(f.N)
+        rotated["none"].append(J - J0[i])  # = Q N Qᴴ up to rounding
+        Nr = random_strict_upper(len(f.lam), float(np.linalg.norm(f.N)), np.random.default_rng([seed, i]))
+        nonnormal["random"].append(Nr)
+        rotated["random"].append(f.Q @ Nr @ f.Q.conj().T)
+
+    frames = []
+    done: dict[float, pd.DataFrame] = {}
+    for control in CONTROLS:
+        for alpha in alphas:
+            if alpha == 0 and alpha in done:  # α=0 removes N whichever N it is: the control equals `none`
+                frames.append(done[alpha].assign(control=control))
+                continue
+            mats = [J0[i] + alpha * rotated[control][i] for i in range(len(names))]  # J_b(α), (d, d) each
+            erank, log_norm = cumulative_erank(mats, variant)
+            table = pd.DataFrame(
+                {
+                    "alpha": alpha,
+                    "control": control,
+                    "depth": np.arange(1, len(names) + 1),
+                    "erank": erank,
+                    "variant": variant,
+                    "boundary": names,
+                    "log_norm": log_norm,
+                    "nonnormal_fro": [float(np.linalg.norm(N)) for N in nonnormal[control]],
+                }
+            )
+            if boundary_metrics:
+                rows = []
+                for f, N in zip(forms, nonnormal[control]):
+                    T = np.diag(f.lam) + alpha * N  # unitarily similar to J_b(α): same metrics
+                    U, s, Vh = np.linalg.svd(T)
+                    dec = Decomposition(eigvals=f.lam, U=U, s=s, Vh=Vh)
+                    m = spectral_metrics(T, sr_k=sr_k, complex_tol=complex_tol, dec=dec)
+                    rows.append({f"b_{k}": v for k, v in m.items()})
+                table = pd.concat([table, pd.DataFrame(rows)], axis=1)
+            if alpha == 0:
+                done[alpha] = table
+            frames.append(table)
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_schur(names: list[str], npy_paths: list, out_tsv, **kwargs) -> pd.DataFrame:
+    """schur.tsv from the per-boundary J̄_b files, composed in the given (depth) order."""
+    table = schur_surgery(read_jacobians(names, npy_paths), **kwargs)
+    write_tsv(table, out_tsv)
+    return table

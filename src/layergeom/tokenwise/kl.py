@@ -1,0 +1,85 @@
+"""Functional test: replace the stream leaving block l at the anchor position by t and measure the KL.
+
+For every anchor a and layer l, KL(p_clean || p_patched) of the next-token distribution at a, where the
+patched run has the input of block l+1 (the final state for the last block) replaced by t = T(h_l(a)) at
+position a only. Positions before a are causal and unaffected, so one clean pass per window caches the
+prefix and each patch costs one token through the remaining blocks (``Adapter.resume``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from ..runtime import progress
+
+log = logging.getLogger("layergeom")
+
+
+def kl_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) = sum_v p_v (log p_v - log q_v) of the softmax distributions, natural log, fp32; rows."""
+    lp = torch.log_softmax(p_logits.float(), dim=-1)
+    lq = torch.log_softmax(q_logits.float(), dim=-1)
+    return (lp.exp() * (lp - lq)).sum(-1)
+
+
+def _by_window(windows: np.ndarray) -> dict[int, np.ndarray]:
+    order = np.argsort(windows, kind="stable")
+    uniq, starts = np.unique(windows[order], return_index=True)
+    return {int(w): order[s:e] for w, s, e in zip(uniq, starts, [*starts[1:], len(order)])}
+
+
+@torch.no_grad()
+def patched_kl(
+    adapter,
+    token_ids: np.ndarray,
+    windows: np.ndarray,
+    positions: np.ndarray,
+    patches: dict[int, np.ndarray],
+) -> dict[int, np.ndarray]:
+    """KL at every anchor for every patched state, reusing one clean pass per window.
+
+    token_ids (n_windows, T); windows, positions (m,) the anchors' window and position; patches maps a
+    layer l to states (n_variants, m, d) that replace the input of block l+1 at the anchors (one variant
+    per map class). Returns layer -> KL (n_variants, m) float64. One ``adapter.resume`` call per
+    (window, layer) covers all anchors of the window and all variants.
+    """
+    device = adapter.device
+    out = {l: np.full(p.shape[:2], np.nan) for l, p in patches.items()}
+    groups = _by_window(np.asarray(windows))
+    for w, idx in progress(groups.items(), desc="patched KL", unit="window", total=len(groups)):
+        pos = torch.as_tensor(np.asarray(positions)[idx], dtype=torch.long, device=device)  # (mw,)
+        ids = torch.as_tensor(token_ids[w], dtype=torch.long, device=device)[None]
+        run = adapter.clean_run(ids, pos)
+        clean = run.logits[pos]  # (mw, V)
+        for l, states in patches.items():
+            n_var = states.shape[0]
+            s = torch.as_tensor(states[:, idx], device=device).reshape(n_var * len(idx), -1)  # (n_var*mw, d)
+            logits = adapter.resume(run, l + 1, s, pos.repeat(n_var))  # (n_var*mw, V)
+            kl = kl_from_logits(clean.repeat(n_var, 1), logits).reshape(n_var, len(idx))
+            out[l][:, idx] = kl.double().cpu().numpy()
+    return out
+
+
+@torch.no_grad()
+def patched_kl_slow(
+    adapter,
+    token_ids: np.ndarray,
+    windows: np.ndarray,
+    positions: np.ndarray,
+    patches: dict[int, np.ndarray],
+) -> dict[int, np.ndarray]:
+    """Reference path for :func:`patched_kl`: a full forward pass per patched state (``patched_logits_full``)."""
+    out = {l: np.full(p.shape[:2], np.nan) for l, p in patches.items()}
+    device = adapter.device
+    for i, (w, p) in enumerate(zip(windows, positions)):
+        ids = torch.as_tensor(token_ids[int(w)], dtype=torch.long, device=device)[None]
+        clean = adapter.model(input_ids=ids, use_cache=False).logits[0, int(p)].float()
+        for l, states in patches.items():
+            for v in range(states.shape[0]):
+                state = torch.as_tensor(states[v, i], device=device)
+                logits = adapter.patched_logits_full(ids, l + 1, int(p), state)
+                out[l][v, i] = float(kl_from_logits(clean[None], logits[None])[0])
+    return out
