@@ -91,7 +91,7 @@ def main():
     import statsmodels.stats.multitest  # noqa: F401
 
     imports = time.perf_counter() - t0
-    rows = [bench(d, args.tokens, cfg) for d in args.dims]
+    rows = [bench(d, args.tokens, cfg) | {"load_avg_1min_after": round(os.getloadavg()[0], 2)} for d in args.dims]
     machine = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}  # fmt: skip
     out = {"machine": machine, "config": cfg, "graph_library_imports_s": round(imports, 3), "results": rows}
@@ -99,10 +99,11 @@ def main():
     res.mkdir(parents=True, exist_ok=True)
     (res / "topology.json").write_text(json.dumps(out, indent=2) + "\n")
     cols = ["d", "tokens", "edges_pos", "edges_neg", "communities", "correlation_s", "topk_s", "leiden_s",
-            "participation_s", "graph_job_s", "coupling_permutations_s", "henrici_eigvals_s"]  # fmt: skip
+            "participation_s", "graph_job_s", "coupling_permutations_s", "henrici_eigvals_s", "load_avg_1min_after"]  # fmt: skip
     md = [f"# Topology stage benchmark\n\nMachine: {machine['cpus']} CPUs, {machine['platform']}, numpy "
           f"{machine['numpy']}. Defaults: top_k={cfg['top_k']}, γ={cfg['resolution']}, "
-          f"n_permutations={cfg['n_permutations']}, chunk_tokens={cfg['chunk_tokens']}.\n",
+          f"n_permutations={cfg['n_permutations']}, chunk_tokens={cfg['chunk_tokens']}. The machine is shared: "
+          "a 1-min load average above the CPU count means the times are inflated by contention.\n",
           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
     md += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
     (res / "topology.md").write_text("\n".join(md) + "\n")

@@ -1,9 +1,10 @@
 # Paper B topology (METHODS.md §3): correlation graphs and signed Leiden communities per boundary,
 # coupling of participation to Jacobian amplification per checkpoint, and the topology figures.
 #
-# One graph job per (model, checkpoint, boundary): the boundary is the method's unit (one graph, one J̄_b),
-# a job reads one memmap, and at d >= 2048 its correlations and Leiden dominate the ~4 s start-up; a
-# cluster runs the boundaries in parallel and a changed model reruns only its own graphs.
+# One graph job per (model, checkpoint, boundary): the boundary is the method's unit (one graph, one J̄_b).
+# Measured on 2 cores (bench/results/topology.md): a graph costs ~1.5 s at d=576 and ~20 s at d=4096 against
+# ~5 s of job start-up, so start-up dominates only for small models, where per-layer jobs would merely halve
+# it; at large d the boundaries run in parallel on a cluster and a changed model reruns only its own graphs.
 
 
 localrules:

@@ -1,10 +1,12 @@
 """The conda environments (`envs/*.yaml`) against the code that runs in them and against pyproject.toml.
 
-With `--sdm conda` every job runs its script in its rule's env, so a package that a script imports (directly
-or through the layergeom modules it imports, transitively, function-level imports included) but that the env
-does not list is an ImportError on the cluster, and never in the venv where the tests run. These tests read
-the rules from the workflow itself, the imports with `ast`, and map import names to distributions with the
-installed packages' metadata (yaml -> PyYAML, PIL -> pillow, ...).
+With `--sdm conda` every job runs its script in its rule's env, so a package that the script can import but
+that the env does not list is an ImportError on the cluster, and never in the venv where the tests run.
+The rules (and their envs and scripts) come from the workflow itself; the imports from `ast`: the script's
+own, then those of every layergeom function, class and module-level statement it can reach by name,
+transitively, imports inside function bodies included (a lazy `import torch` in a function the script calls
+counts; one in a function nothing calls does not). Import names map to distributions through the installed
+packages' metadata (yaml -> PyYAML, PIL -> pillow, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import ast
 import importlib.metadata as md
 import re
 import sys
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,6 +26,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+
+tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python >= 3.11 (tomllib)")
 
 SRC = ROOT / "src"
 PACKAGE = "layergeom"
@@ -114,9 +117,13 @@ def _guarded(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     child, p = node, parents.get(node)
     while p is not None:
         if isinstance(p, ast.Try) and child in p.body:
-            for h in p.handlers:
-                names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "") for n in ast.walk(h.type or p)}
-                if h.type is None or names & {"ImportError", "ModuleNotFoundError", "Exception"}:
+            for h in p.handlers:  # only an explicit ImportError handler makes an import optional
+                names = (
+                    {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "") for n in ast.walk(h.type)}
+                    if h.type
+                    else set()
+                )
+                if names & {"ImportError", "ModuleNotFoundError"}:
                     return True
         if isinstance(p, ast.If) and "TYPE_CHECKING" in ast.unparse(p.test) and child in p.body:
             return True
@@ -133,64 +140,151 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(SRC).with_suffix("")
-    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-    return ".".join(parts)
+@dataclass
+class Module:
+    """One parsed file: its top-level defs, its module-level import aliases and its module-level code."""
+
+    name: str  # dotted name; a script's file name
+    path: Path
+    is_pkg: bool
+    tree: ast.Module
+    parents: dict
+    defs: dict  # top-level function/class name -> node
+    aliases: dict  # module-level local name -> target (see _targets)
 
 
-@cache
-def direct_imports(path: Path) -> tuple[tuple[str, int], ...]:
-    """Absolute dotted names imported anywhere in a file (function bodies included), with line numbers."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
-    is_pkg = path.name == "__init__.py"
-    here = _module_name(path) if path.is_relative_to(SRC) else ""
+def _targets(node: ast.Import | ast.ImportFrom, mod: Module) -> list[tuple[str, str, str | None, str]]:
+    """(local name, module, attribute or None, top-level import name) for each name an import binds."""
     out = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Import | ast.ImportFrom) or _guarded(node, parents):
-            continue
-        if isinstance(node, ast.Import):
-            out += [(a.name, node.lineno) for a in node.names]
-            continue
-        if node.level:  # relative: resolve against this module's package
-            pkg = here.split(".") if is_pkg else here.split(".")[:-1]
-            base = ".".join(pkg[: len(pkg) - (node.level - 1)] + ([node.module] if node.module else []))
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.asname:
+                out.append((a.asname, a.name, None, a.name.split(".")[0]))
+            else:  # `import a.b` binds `a` and imports a and a.b
+                out.append((a.name.split(".")[0], a.name, None, a.name.split(".")[0]))
+        return out
+    if node.level:  # relative: resolve against the module's package
+        pkg = mod.name.split(".") if mod.is_pkg else mod.name.split(".")[:-1]
+        base = ".".join(pkg[: len(pkg) - (node.level - 1)] + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    for a in node.names:
+        sub = f"{base}.{a.name}"
+        if base.split(".")[0] == PACKAGE and _module_file(sub):
+            out.append((a.asname or a.name, sub, None, PACKAGE))  # `from pkg import submodule`
         else:
-            base = node.module
-        if base == "__future__":
+            out.append((a.asname or a.name, base, a.name, base.split(".")[0]))
+    return out
+
+
+def _executed(nodes, skip_functions: bool):
+    """Nodes that run when `nodes` run: function bodies are skipped at module level (they run when called)."""
+    stack = list(nodes)
+    while stack:
+        n = stack.pop()
+        yield n
+        if skip_functions and isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            stack += [*getattr(n, "decorator_list", []), *n.args.defaults, *[d for d in n.args.kw_defaults if d]]
             continue
-        out.append((base, node.lineno))
-        # `from pkg import sub` imports the submodule when there is one
-        out += [(f"{base}.{a.name}", node.lineno) for a in node.names if _module_file(f"{base}.{a.name}")]
-    return tuple(out)
+        stack += list(ast.iter_child_nodes(n))
+
+
+class ImportScan:
+    """Third-party imports a script can execute: its own code, then every layergeom function, class and
+    module-level statement reachable from it by name (calls, attribute access on imported modules, classes
+    with all their methods), following imports inside function bodies too. Imports under
+    `try/except ImportError` or `if TYPE_CHECKING:` are optional and not counted."""
+
+    def __init__(self, script: Path):
+        self.found: dict[str, list[str]] = {}
+        self.unresolved: list[str] = []
+        self._mods: dict[str, Module] = {}
+        self._done: set[tuple[str, str | None]] = set()
+        root = self._parse(script.stem, script, is_pkg=False)
+        self._todo: list[tuple[Module, list[ast.AST], bool]] = [(root, list(root.tree.body), True)]
+        while self._todo:
+            self._run(*self._todo.pop())
+
+    def _parse(self, name: str, path: Path, is_pkg: bool) -> Module:
+        tree = ast.parse(path.read_text(), filename=str(path))
+        parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+        defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+        mod = Module(name, path, is_pkg, tree, parents, defs, {})
+        for n in _executed(tree.body, skip_functions=True):
+            if isinstance(n, ast.Import | ast.ImportFrom) and not _guarded(n, parents):
+                for local, target, attr, _ in _targets(n, mod):
+                    mod.aliases[local] = (target, attr)
+        return mod
+
+    def _module(self, name: str) -> Module | None:
+        if name not in self._mods:
+            f = _module_file(name)
+            self._mods[name] = self._parse(name, f, f.name == "__init__.py") if f else None
+        return self._mods[name]
+
+    def _reach(self, module: str, attr: str | None, where: str):
+        """Importing `module` (and its parent packages) runs their module-level code; then `attr` if given."""
+        if module.split(".")[0] != PACKAGE:
+            return
+        parts = module.split(".")
+        for i in range(1, len(parts) + 1):
+            name = ".".join(parts[:i])
+            mod = self._module(name)
+            if mod is None:
+                self.unresolved.append(f"{where} imports {module}")
+                return
+            if (name, None) not in self._done:
+                self._done.add((name, None))
+                self._todo.append((mod, list(mod.tree.body), True))
+        if attr is not None:
+            self._symbol(self._mods[module], attr, where)
+
+    def _symbol(self, mod: Module, name: str, where: str):
+        if (mod.name, name) in self._done:
+            return
+        self._done.add((mod.name, name))
+        if name in mod.defs:
+            self._todo.append((mod, [mod.defs[name]], False))
+        elif name in mod.aliases:  # a re-export
+            self._reach(*mod.aliases[name], where)
+
+    def _run(self, mod: Module, nodes: list[ast.AST], module_level: bool):
+        def where(n):
+            return f"{mod.path.relative_to(ROOT)}:{getattr(n, 'lineno', '?')}"
+
+        executed = list(_executed(nodes, skip_functions=module_level))
+        aliases = dict(mod.aliases)
+        for n in executed:  # imports first: they bind names used below
+            if isinstance(n, ast.Import | ast.ImportFrom) and not _guarded(n, mod.parents):
+                for localname, target, attr, top in _targets(n, mod):
+                    aliases[localname] = (target, attr)
+                    if top == PACKAGE:
+                        self._reach(target, attr, where(n))
+                    elif top and top not in sys.stdlib_module_names and top != "__future__":
+                        self.found.setdefault(top, []).append(where(n))
+        for n in executed:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                self._use(mod, aliases, n.id, None, where(n))
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+                self._use(mod, aliases, n.value.id, n.attr, where(n))
+
+    def _use(self, mod: Module, aliases: dict, name: str, attr: str | None, where: str):
+        if name in aliases:
+            target, a = aliases[name]
+            if a is None and attr is not None and target.split(".")[0] == PACKAGE:
+                sub = f"{target}.{attr}"
+                self._reach(sub, None, where) if _module_file(sub) else self._reach(target, attr, where)
+            else:
+                self._reach(target, a, where)
+        elif name in mod.defs:
+            self._symbol(mod, name, where)
 
 
 def third_party_imports(script: Path) -> tuple[dict[str, list[str]], list[str]]:
-    """Top-level third-party import name -> where it is imported, over the script and every layergeom
-    module it reaches (a module also runs its parent packages' __init__); and unresolvable layergeom names."""
-    found: dict[str, list[str]] = {}
-    unresolved: list[str] = []
-    todo, seen = [script], set()
-    while todo:
-        f = todo.pop()
-        if f in seen:
-            continue
-        seen.add(f)
-        where = f.relative_to(ROOT)
-        for name, line in direct_imports(f):
-            top = name.split(".")[0]
-            if top == PACKAGE:
-                parts = name.split(".")
-                for i in range(1, len(parts) + 1):
-                    mf = _module_file(".".join(parts[:i]))
-                    if mf is not None:
-                        todo.append(mf)
-                    elif i == len(parts) and _module_file(".".join(parts[:-1])) is None:
-                        unresolved.append(f"{where}:{line} imports {name}")
-            elif top not in sys.stdlib_module_names:
-                found.setdefault(top, []).append(f"{where}:{line}")
-    return found, unresolved
+    """Top-level third-party import name -> where it is imported, over everything the script can run;
+    and layergeom modules it names that do not exist."""
+    scan = ImportScan(script)
+    return scan.found, scan.unresolved
 
 
 @cache
@@ -223,7 +317,9 @@ def test_every_rule_names_an_existing_env(rules):
         if r.script is not None and not r.script.is_file():
             problems.append(f"rule {r.name}: script {r.script} does not exist")
     used = {r.env for r in rules if r.env}
-    problems += [f"{e.relative_to(ROOT)} is used by no rule" for e in sorted((ROOT / "envs").glob("*.yaml")) if e not in used]
+    problems += [
+        f"{e.relative_to(ROOT)} is used by no rule" for e in sorted((ROOT / "envs").glob("*.yaml")) if e not in used
+    ]
     assert not problems, "\n".join(problems)
 
 

@@ -176,7 +176,7 @@ def test_random_control_has_same_norm_and_shape():
 
 def test_schur_surgery_table_against_independent_paths():
     mats = {f"L{i}.{k}": nonnormal(8, seed=10 * i + j) / 3 for i in range(2) for j, k in enumerate(("attn", "mlp"))}
-    t = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4)
+    t = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4, boundary_metrics="all")
     assert list(t.columns[:4]) == ["alpha", "control", "depth", "erank"]
     assert len(t) == 3 * 2 * 4
     # α=1 with the matrix's own N: the plain cumulative operator and the plain per-boundary metrics
@@ -200,7 +200,14 @@ def test_schur_surgery_table_against_independent_paths():
     s = half.pivot(index="depth", columns="control", values="b_self_realign")
     assert not np.allclose(s["none"], s["random"])
     # seeded
-    pd.testing.assert_frame_equal(t, schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4))
+    pd.testing.assert_frame_equal(
+        t, schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4, boundary_metrics="all")
+    )
+    own_only = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4)  # default: metrics for own N only
+    assert list(own_only.columns) == list(t.columns)
+    rand = (own_only["control"] == "random") & (own_only["alpha"] > 0)
+    assert own_only.loc[rand, "b_self_realign"].isna().all() and own_only.loc[~rand, "b_self_realign"].notna().all()
+    pd.testing.assert_series_equal(own_only["erank"], t["erank"])
     assert not schur.schur_surgery(mats, alphas=[1], seed=8, sr_k=4)["erank"].equals(
         schur.schur_surgery(mats, alphas=[1], seed=7, sr_k=4)["erank"]
     )

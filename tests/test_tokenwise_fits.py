@@ -56,7 +56,9 @@ def ref_global(H0, H1, ridge=1e-3):
     d = H0.shape[1]
     lam = ridge * np.trace(H0.T @ H0) / d
     # ridge as an augmented least-squares problem, solved by lstsq
-    B = np.linalg.lstsq(np.vstack([H0, np.sqrt(lam) * np.eye(d)]), np.vstack([H1 - H0, np.zeros((d, d))]), rcond=None)[0]
+    B = np.linalg.lstsq(np.vstack([H0, np.sqrt(lam) * np.eye(d)]), np.vstack([H1 - H0, np.zeros((d, d))]), rcond=None)[
+        0
+    ]
     return np.eye(d) + B.T
 
 

@@ -22,15 +22,31 @@ SMALL = dict(k=12, n_anchors=40, mlp_steps=30, mlp_patience=5, energy_ranks=[1, 
 
 def tokenwise_cfg(**over) -> dict:
     """The schema defaults (filled by the config validator) with test sizes."""
-    cfg = lgconfig.validate({"models": {"m": {"source": "config", "family": "llama", "hf_config": {}, "checkpoints": {"c": {}}}}})
+    cfg = lgconfig.validate(
+        {"models": {"m": {"source": "config", "family": "llama", "hf_config": {}, "checkpoints": {"c": {}}}}}
+    )
     return {**cfg["tokenwise"], **SMALL, **over}
 
 
 def test_schema_defaults_are_the_methods_choices():
-    cfg = lgconfig.validate({"models": {"m": {"source": "config", "family": "llama", "hf_config": {}, "checkpoints": {"c": {}}}}})
+    cfg = lgconfig.validate(
+        {"models": {"m": {"source": "config", "family": "llama", "hf_config": {}, "checkpoints": {"c": {}}}}}
+    )
     t = cfg["tokenwise"]
-    assert (t["k"], t["n_anchors"], t["leave_one_out"], t["rank"], t["lowrank_form"]) == (64, 512, True, 8, "identity_plus")
-    assert (t["mlp_width"], t["proj_k"], t["bootstrap"], t["ridge"], t["primary_convention"]) == (32, 1, 1000, 1e-3, "delta")
+    assert (t["k"], t["n_anchors"], t["leave_one_out"], t["rank"], t["lowrank_form"]) == (
+        64,
+        512,
+        True,
+        8,
+        "identity_plus",
+    )
+    assert (t["mlp_width"], t["proj_k"], t["bootstrap"], t["ridge"], t["primary_convention"]) == (
+        32,
+        1,
+        1000,
+        1e-3,
+        "delta",
+    )
     assert t["classes"] == list(CLASSES)
     schema = lgconfig.load_schema("tokenwise")
     assert all("description" in p and "default" in p for p in schema["properties"].values())
@@ -124,7 +140,9 @@ def test_tokenwise_table_columns(tiny_store):
             kls.append(pd.DataFrame({"layer": layer, "class": name, "anchor": np.arange(kl.shape[1]), "kl": kl[i]}))
     summary, anchors, pooled = summarise(tables, pd.concat(kls), cfg, seed=0)
     assert list(summary.columns[: len(SUMMARY_COLUMNS)]) == SUMMARY_COLUMNS
-    assert {"proj_tok", "energy_tok", "energy_res", "relerr_delta", "proj_full_k8", "cos_full_tok_abs"} <= set(summary.columns)
+    assert {"proj_tok", "energy_tok", "energy_res", "relerr_delta", "proj_full_k8", "cos_full_tok_abs"} <= set(
+        summary.columns
+    )
     assert len(summary) == 2 * len(CLASSES)
     assert (summary["n_anchors"] == cfg["n_anchors"]).all()
     one = summary[(summary["layer"] == 1) & (summary["class"] == "lowrank")].iloc[0]

@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from ..runtime import atomic_path  # noqa: E402
+from ..spectra import frac_complex  # noqa: E402
 
 KIND_STYLE = {"attn": "-", "mlp": "--", "block": ":"}
 GRADIENT_PANELS = [
@@ -50,7 +51,7 @@ def normalised_depth(layer, n_layers: int):
     return np.asarray(layer, dtype=float) / max(n_layers - 1, 1)
 
 
-def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], title: str):
+def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], title: str, complex_tol: float = 1e-9):
     """Eigenvalues of J̄_b in the complex plane with the unit circle; rows = checkpoints, columns = boundaries."""
     nr, nc = len(tables), len(boundaries)
     fig, axes = plt.subplots(nr, nc, figsize=(3.2 * nc, 3.2 * nr), squeeze=False)
@@ -67,7 +68,11 @@ def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], tit
             ax.set_xlim(-lim, lim)
             ax.set_ylim(-lim, lim)
             ax.set_aspect("equal")
-            ax.set_title(f"{ck} · {b}", fontsize=8)
+            if len(ev):
+                f_c = frac_complex(ev["real"].to_numpy() + 1j * ev["imag"].to_numpy(), complex_tol)
+                ax.set_title(f"{ck} · {b}\nρ = {ev['abs'].max():.3g}, complex {100 * f_c:.0f} %", fontsize=8)
+            else:
+                ax.set_title(f"{ck} · {b}", fontsize=8)
             if i == nr - 1:
                 ax.set_xlabel("Re λ", fontsize=8)
             if j == 0:
@@ -81,9 +86,10 @@ def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], tit
 def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
     """κ, SR, Henrici, f_exp, f_cplx against normalised depth; one colour per checkpoint, line style per kind."""
     colours = checkpoint_colours(list(tables))
-    fig, axes = plt.subplots(1, len(GRADIENT_PANELS), figsize=(3.4 * len(GRADIENT_PANELS), 3.2), squeeze=False)
+    fig, grid = plt.subplots(2, 3, figsize=(10.5, 6.2))
+    axes = grid.ravel()
     kinds_seen: list[str] = []
-    for ax, (col, label, logy) in zip(axes[0], GRADIENT_PANELS):
+    for ax, (col, label, logy) in zip(axes, GRADIENT_PANELS):
         for ck, df in tables.items():
             for kind, part in df.groupby("kind", sort=False):
                 kinds_seen.append(kind)
@@ -101,7 +107,8 @@ def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
         ax.tick_params(labelsize=7)
     handles = [Line2D([], [], color=c, lw=1.5, label=ck) for ck, c in colours.items()]
     handles += [Line2D([], [], color="k", ls=KIND_STYLE.get(k, "-."), label=k) for k in dict.fromkeys(kinds_seen)]
-    fig.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
+    axes[-1].axis("off")
+    axes[-1].legend(handles=handles, fontsize=8, loc="center", frameon=False, title="checkpoint / sublayer")
     fig.suptitle(f"{title}: spectral gradient of J̄_b", fontsize=10)
     fig.tight_layout()
     return fig
@@ -170,7 +177,7 @@ def draw(figure: str, inputs: list[str], settings: dict, png: str, pdf: str) -> 
     cfg = settings["spectra"]
     if figure == "eigenvalues":
         shown = cfg.get("eigen_boundaries") or default_eigen_boundaries(settings["boundaries"])
-        fig = plot_eigenvalues(tables, shown, title)
+        fig = plot_eigenvalues(tables, shown, title, cfg["complex_tol"])
     elif figure == "gradient":
         fig = plot_gradient(tables, settings["n_layers"], title)
     elif figure == "cumulative":

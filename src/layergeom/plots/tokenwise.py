@@ -78,7 +78,7 @@ def plot_geometry(summaries: dict[str, pd.DataFrame], labels: dict, proj_k: dict
             for n, (run, t) in enumerate(summaries.items()):
                 g = t[t["class"] == cls].sort_values("layer")
                 x = _depth(g)
-                kw = {"color": cmap[n % 10], "lw": 1.4}
+                kw = {"color": cmap[n % 10], "lw": 1.4, "marker": "o", "ms": 2.5}
                 ax.plot(x, g[tok], "-", label=_run_label(run, labels) if (i, j) == (0, 0) else None, **kw)
                 ax.plot(x, g[res], "--", **kw)
                 if i == 2 and "proj_baseline" in g:
@@ -130,7 +130,13 @@ def plot_relerr_kl(anchors: dict[str, pd.DataFrame], pooled: dict[str, pd.DataFr
     classes = _classes(anchors)
     runs = list(anchors)
     fig, axes = plt.subplots(
-        len(runs), len(classes), figsize=(2.9 * len(classes), 2.7 * len(runs)), squeeze=False, sharex=True, sharey=True
+        len(runs),
+        len(classes),
+        figsize=(2.9 * len(classes) + 1, 2.7 * len(runs)),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+        layout="constrained",
     )
     sc = None
     for i, run in enumerate(runs):
@@ -177,7 +183,9 @@ def plot_rho(summaries: dict[str, pd.DataFrame], labels: dict):
     classes = _classes(summaries)
     n = len(summaries)
     width = max(4.0, 0.22 * max(t["layer"].max() + 1 for t in summaries.values()) + 2)
-    fig, axes = plt.subplots(n, 1, figsize=(width, 0.35 * len(classes) * n + 1.2 * n), squeeze=False)
+    fig, axes = plt.subplots(
+        n, 1, figsize=(width + 1.5, 0.32 * len(classes) * n + 0.9 * n), squeeze=False, layout="constrained"
+    )
     im = None
     for ax, (run, t) in zip(axes[:, 0], summaries.items()):
         piv = t.pivot(index="class", columns="layer", values="spearman_rho").reindex(classes)
@@ -191,7 +199,9 @@ def plot_rho(summaries: dict[str, pd.DataFrame], labels: dict):
         if len(piv.columns) <= 12:
             for (yi, xi), v in np.ndenumerate(piv.to_numpy(dtype=float)):
                 if np.isfinite(v):
-                    ax.text(xi, yi, f"{v:.2f}", ha="center", va="center", fontsize=7)
+                    ax.text(
+                        xi, yi, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if abs(v) > 0.6 else "k"
+                    )
     axes[-1, 0].set_xlabel("layer")
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.8, label="Spearman ρ(RelErr, KL)")
@@ -218,7 +228,7 @@ def plot_energy_rank(summaries: dict[str, pd.DataFrame], labels: dict):
             ax.plot(ranks, full, marker="o", ms=3, color=st["color"], ls=st["ls"], label=_run_label(run, labels))
             ax.plot(ranks, res, marker="x", ms=3, color=st["color"], ls=st["ls"], alpha=0.45)
             if "d_model" in g and len(g):
-                ax.plot(ranks, np.array(ranks) / g["d_model"].iloc[0], ":", color="0.5", lw=1)
+                ax.plot(ranks, np.minimum(np.array(ranks) / g["d_model"].iloc[0], 1), ":", color="0.5", lw=1)
         ax.set_xscale("log", base=2)
         ax.set_title(cls)
         ax.set_xlabel("k (top-k tokenwise directions)")

@@ -312,6 +312,34 @@ def fit_orthogonal(loc: Local, xa, *, q: int = 8) -> Fit:
 
 
 # ---- mlp ----------------------------------------------------------------------------------------
+class Adam:
+    """Adam (Kingma & Ba) with the usual defaults, elementwise, so a batch of anchors trains independently.
+
+    Written out (a few tensor ops) because ``torch.optim`` imports torch._dynamo on first use (seconds).
+    """
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
+        self.params, self.lr, self.betas, self.eps, self.t = params, lr, betas, eps, 0
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+
+    def select(self, params, rows):
+        """Continue with a subset of the batch (rows of every tensor)."""
+        self.params = params
+        self.m = [m[rows] for m in self.m]
+        self.v = [v[rows] for v in self.v]
+
+    @torch.no_grad()
+    def step(self, grads):
+        self.t += 1
+        b1, b2 = self.betas
+        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
+        for p, g, m, v in zip(self.params, grads, self.m, self.v):
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.addcdiv_(m, (v / c2).sqrt_().add_(self.eps), value=-self.lr / c1)
+
+
 def _split(seeds: np.ndarray, k: int, device) -> torch.Tensor:
     """A seeded permutation (m, k) of the k neighbours per anchor (validation rows first)."""
     return torch.stack([torch.randperm(k, generator=torch.Generator().manual_seed(int(s))) for s in seeds]).to(device)
@@ -323,6 +351,51 @@ def _span(Z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _, s, Q = thin_svd(Z)
     scale = ((Z * Z).sum((1, 2)) / (s > 0).sum(1).clamp_min(1) / Z.shape[1]).sqrt().clamp_min(1e-30)
     return Q, scale
+
+
+def mlp_net(z: torch.Tensor, P: list[torch.Tensor]) -> torch.Tensor:
+    """W2 GELU(W1 z + b1) + b2 for a batch of networks: z (m, n, nin) -> (m, n, nout)."""
+    return torch.nn.functional.gelu(z @ P[0].mT + P[1]) @ P[2] + P[3]
+
+
+def train_early_stopping(params, zt, gt, zv, gv, *, steps: int, lr: float, patience: int, compact: float = 0.75):
+    """Full-batch Adam on each network's own mean squared error; returns each network's parameters at its
+    lowest validation loss, stopping a network after `patience` steps without improvement.
+
+    Networks that have stopped leave the batch once the live ones drop below `compact` of it, so the cost
+    follows the total number of steps taken rather than batch size x the slowest network.
+    """
+    m = zt.shape[0]
+    idx = torch.arange(m, device=zt.device)  # the networks still in the working batch
+    P = [p.clone().requires_grad_() for p in params]
+    adam = Adam(P, lr)
+    zs, gs = torch.cat([zt, zv], 1), torch.cat([gt, gv], 1)  # one forward serves the step and the validation
+    n_train = zt.shape[1]
+    best = [p.detach().clone() for p in params]
+    best_loss = torch.full((m,), torch.inf, device=zt.device)
+    since = torch.zeros(m, dtype=torch.long, device=zt.device)
+
+    def keep_if_better(val):  # early-stopping bookkeeping for the working batch's current parameters
+        better = (val < best_loss[idx]) & (since[idx] <= patience)
+        for b, v in zip(best, P):
+            b[idx] = torch.where(better.view(-1, 1, 1), v.detach(), b[idx])
+        best_loss[idx] = torch.where(better, val, best_loss[idx])
+        since[idx] = torch.where(better, 0, since[idx] + 1)
+
+    for _ in range(steps):
+        err = (mlp_net(zs, P) - gs) ** 2  # (mb, k, nout)
+        keep_if_better(err[:, n_train:].detach().mean((1, 2)))
+        live = since[idx] <= patience
+        if not bool(live.any()):
+            return best
+        adam.step(torch.autograd.grad(err[:, :n_train].mean((1, 2)).sum(), P))
+        if live.sum() < compact * len(idx):
+            idx, zs, gs = idx[live], zs[live], gs[live]
+            P = [p.detach()[live].requires_grad_() for p in P]
+            adam.select(P, live)
+    with torch.no_grad():
+        keep_if_better(((mlp_net(zs[:, n_train:], P) - gs[:, n_train:]) ** 2).mean((1, 2)))
+    return best
 
 
 def fit_mlp(
@@ -367,42 +440,17 @@ def fit_mlp(
     zt, zv, gt, gv = coords(Xt, mx, Qx, sx), coords(Xv, mx, Qx, sx), coords(Dt, md, Qd, sd), coords(Dv, md, Qd, sd)
     nin, nout = Qx.shape[2], Qd.shape[2]
     W1 = torch.stack([torch.randn(width, nin, generator=torch.Generator().manual_seed(int(s) + 1)) for s in seeds])
-    W1 = W1.to(X.device)
-    params = [
-        (W1 / np.sqrt(nin)).requires_grad_(),  # (m, w, nin)
-        torch.zeros(m, 1, width, device=X.device, requires_grad=True),
-        torch.zeros(m, width, nout, device=X.device, requires_grad=True),
-        torch.zeros(m, 1, nout, device=X.device, requires_grad=True),
+    init = [
+        W1.to(X.device) / np.sqrt(nin),  # (m, w, nin)
+        torch.zeros(m, 1, width, device=X.device),
+        torch.zeros(m, width, nout, device=X.device),
+        torch.zeros(m, 1, nout, device=X.device),
     ]
-
-    def net(z, P):
-        return torch.nn.functional.gelu(z @ P[0].mT + P[1]) @ P[2] + P[3]  # (m, n, nout)
-
-    def mse(z, g, P):
-        return ((net(z, P) - g) ** 2).mean((1, 2))  # (m,), each anchor's own loss
-
-    opt = torch.optim.Adam(params, lr=lr, fused=True)
-    best = [v.detach().clone() for v in params]
-    with torch.no_grad():
-        best_loss = mse(zv, gv, params)
-    since = torch.zeros(m, dtype=torch.long, device=X.device)
-    for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        mse(zt, gt, params).sum().backward()
-        opt.step()
-        with torch.no_grad():
-            val = mse(zv, gv, params)
-            better = (val < best_loss) & (since <= patience)
-            for b, v in zip(best, params):
-                b.copy_(torch.where(better.view(-1, 1, 1), v, b))
-            best_loss = torch.where(better, val, best_loss)
-            since = torch.where(better, 0, since + 1)
-        if bool((since > patience).all()):
-            break
+    best = train_early_stopping(init, zt, gt, zv, gv, steps=steps, lr=lr, patience=patience)
     with torch.no_grad():
 
         def update(Z):  # tokenwise update in local coordinates (m, n, p)
-            return md + sd[:, None, None] * (net(coords(Z, mx, Qx, sx), best).double() @ Qd.mT)
+            return md + sd[:, None, None] * (mlp_net(coords(Z, mx, Qx, sx), best).double() @ Qd.mT)
 
         tp = loc.xa + update(loc.xa[:, None, :])[:, 0]
         upd = update(X)  # (m, k, p), all neighbours
