@@ -21,16 +21,22 @@ class LayergeomError(RuntimeError):
 
 
 def set_determinism(seed: int, threads: int | None = None) -> None:
-    """Seed every RNG we use and pin thread counts, so that two runs give bit-identical tables."""
-    import torch
+    """Seed every RNG we use and pin thread counts, so that two runs give bit-identical tables.
 
+    torch is seeded only when the job has imported it already (jobs that never touch torch skip its
+    2-3 s import); scripts import their library modules, and thereby torch, before the job starts.
+    """
     random.seed(seed)
     np.random.seed(seed % (2**32))
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if "torch" not in sys.modules:
+        return
+    import torch
+
     torch.manual_seed(seed)
     if threads:
         torch.set_num_threads(int(threads))
     torch.use_deterministic_algorithms(True, warn_only=True)
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def resolve_device(name: str = "auto") -> str:
