@@ -71,7 +71,9 @@ def gemm_rate(dtype, n=2048, reps=5) -> float:
 
 
 def tokenwise_defaults() -> dict:
-    cfg = lgconfig.validate({"models": {"m": {"source": "config", "family": "llama", "hf_config": {}, "checkpoints": {"c": {}}}}})
+    cfg = lgconfig.validate(
+        {"models": {"m": {"source": "config", "family": "llama", "hf_config": {}, "checkpoints": {"c": {}}}}}
+    )
     return cfg["tokenwise"]
 
 
@@ -86,7 +88,13 @@ def bench_fits(H0, H1, cfg, n_loop, seed=0) -> dict:
     seeds = np.arange(len(rows))
     with Clock() as c_glob:
         gmap = fits.fit_global(P0, P1, ridge=cfg["ridge"])
-    out = {"n_tokens": int(H0.shape[0]), "d": int(H0.shape[1]), "anchors": len(rows), "k": cfg["k"], "knn_s": c_knn.wall}
+    out = {
+        "n_tokens": int(H0.shape[0]),
+        "d": int(H0.shape[1]),
+        "anchors": len(rows),
+        "k": cfg["k"],
+        "knn_s": c_knn.wall,
+    }
     out["global_fit_s"] = c_glob.wall
     out["classes"] = {}
     refs = {
@@ -131,12 +139,19 @@ def bench_kl(adapter, windows, n_fast_windows, n_slow, seed=0) -> dict:
     pos = np.concatenate([np.sort(g.choice(np.arange(1, T), per_window, replace=False)) for _ in range(n_fast_windows)])
     # six variants per anchor: the clean next state plus noise of growing size (like the six classes)
     with torch.no_grad():
-        caps = [adapter.clean_run(torch.as_tensor(windows[w])[None], torch.as_tensor(pos[wins == w])) for w in range(n_fast_windows)]
+        caps = [
+            adapter.clean_run(torch.as_tensor(windows[w])[None], torch.as_tensor(pos[wins == w]))
+            for w in range(n_fast_windows)
+        ]
     patches = {}
     for l in range(L):
-        clean = np.concatenate([caps[w].states[l + 1][torch.as_tensor(pos[wins == w])].numpy() for w in range(n_fast_windows)])
+        clean = np.concatenate(
+            [caps[w].states[l + 1][torch.as_tensor(pos[wins == w])].numpy() for w in range(n_fast_windows)]
+        )
         scale = np.linalg.norm(clean, axis=1, keepdims=True) / np.sqrt(clean.shape[1])
-        patches[l] = np.stack([clean + s * scale * g.standard_normal(clean.shape) for s in (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)]).astype(np.float32)
+        patches[l] = np.stack(
+            [clean + s * scale * g.standard_normal(clean.shape) for s in (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)]
+        ).astype(np.float32)
     del caps
     with Clock() as cf:
         fast = patched_kl(adapter, windows, wins, pos, patches)
@@ -195,7 +210,13 @@ def main():
             "gemm_fp32_gflops": gemm_rate(torch.float32),
             "gemm_fp64_gflops": gemm_rate(torch.float64),
         },
-        "model": {"family": "llama", "shape": "SmolLM2-135M", "random_weights_seed": 0, "n_layers": args.layers, **SMOLLM2},
+        "model": {
+            "family": "llama",
+            "shape": "SmolLM2-135M",
+            "random_weights_seed": 0,
+            "n_layers": args.layers,
+            **SMOLLM2,
+        },
     }
     print(json.dumps(res["machine"]), flush=True)
     model = build_random("llama", {**SMOLLM2, "num_hidden_layers": args.layers}, seed=0)
@@ -220,7 +241,9 @@ def main():
     res["extrapolated_default_run"] = {
         "kl_s_per_checkpoint": per_patch * 512 * 6 * args.layers,
         "kl_s_per_layer": per_patch * 512 * 6,
-        "fits_s_per_layer": res["fits"]["all_classes_batched_wall_s"] + res["fits"]["knn_s"] + res["fits"]["global_fit_s"],
+        "fits_s_per_layer": res["fits"]["all_classes_batched_wall_s"]
+        + res["fits"]["knn_s"]
+        + res["fits"]["global_fit_s"],
     }
     res["machine"]["load_average_at_end"] = os.getloadavg()
     out = ROOT / "bench" / "results"

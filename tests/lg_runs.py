@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,44 @@ def snakemake(workdir: Path, *args, config: Path = TEST_CONFIG_FILE, check: bool
             f"snakemake {' '.join(map(str, args))} failed:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
         )
     return res
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    name: str
+    snakefile: Path  # the rule file that defines it (rules/<stage>.smk)
+    env: Path | None  # its conda env file
+    script: Path | None
+    local: bool
+
+
+@cache
+def workflow_rules(config: Path = TEST_CONFIG_FILE) -> tuple[RuleInfo, ...]:
+    """Every rule of the workflow as Snakemake parses it for `config` (paths resolved to absolute)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
+
+    with SnakemakeApi(OutputSettings(quiet=True)) as api:
+        wf = api.workflow(
+            resource_settings=ResourceSettings(),
+            config_settings=ConfigSettings(configfiles=[config]),
+            storage_settings=StorageSettings(),
+            snakefile=ROOT / "Snakefile",
+        )._workflow  # the parsed workflow: the public API lists no rules
+        out = []
+        for r in wf.rules:
+            base = Path(r.snakefile).parent
+            out.append(
+                RuleInfo(
+                    r.name,
+                    Path(r.snakefile).resolve(),
+                    (base / r.conda_env).resolve() if r.conda_env else None,
+                    (base / r.script).resolve() if r.script else None,
+                    wf.is_local(r),
+                )
+            )
+    assert out, "the workflow has no rules"
+    return tuple(out)
 
 
 def result_tables(workdir: Path) -> dict[str, Path]:

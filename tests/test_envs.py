@@ -27,6 +27,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+pytest.register_assert_rewrite("lg_runs")
+from lg_runs import RuleInfo, workflow_rules  # noqa: E402
+
 tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python >= 3.11 (tomllib)")
 
 SRC = ROOT / "src"
@@ -39,40 +42,9 @@ IMPORT_TO_DIST = {"sklearn": "scikit-learn", "yaml": "pyyaml", "PIL": "pillow", 
 
 
 # ---- the workflow's rules ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RuleInfo:
-    name: str
-    env: Path | None
-    script: Path | None
-    local: bool
-
-
 @pytest.fixture(scope="module")
-def rules() -> list[RuleInfo]:
-    """Every rule of the workflow (test config), with its conda env and script resolved to absolute paths."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
-
-    with SnakemakeApi(OutputSettings(quiet=True)) as api:
-        wf = api.workflow(
-            resource_settings=ResourceSettings(),
-            config_settings=ConfigSettings(configfiles=[ROOT / "config" / "test.yaml"]),
-            storage_settings=StorageSettings(),
-            snakefile=ROOT / "Snakefile",
-        )._workflow  # the parsed workflow: the public API has no rule listing
-        out = []
-        for r in wf.rules:
-            base = Path(r.snakefile).parent
-            out.append(
-                RuleInfo(
-                    r.name,
-                    (base / r.conda_env).resolve() if r.conda_env else None,
-                    (base / r.script).resolve() if r.script else None,
-                    wf.is_local(r),
-                )
-            )
-    assert out, "the workflow has no rules"
-    return out
+def rules() -> tuple[RuleInfo, ...]:
+    return workflow_rules()
 
 
 # ---- environments -----------------------------------------------------------------------------------

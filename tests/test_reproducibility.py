@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
-from lg_runs import TEST_CONFIG_FILE, result_tables, snakemake, snakemake_cmd
+
+pytest.register_assert_rewrite("lg_runs")
+from lg_runs import TEST_CONFIG_FILE, result_tables, snakemake, snakemake_cmd, workflow_rules  # noqa: E402
 
 pytest_plugins = ["lg_runs"]
 sys.path.insert(0, str(ROOT / "src"))
@@ -204,6 +206,14 @@ def test_changed_model_setting_reruns_only_that_model(reference_run, tmp_path, m
     )
     by_params = {j.rule for j in jobs if "Params have changed" in j.fields.get("reason", "")}
     assert by_params, "no job was scheduled because its params changed (rerun-triggers params?)"
+    # only the section's own stage reads it: a job of another stage (sources, ...) whose params changed
+    # passes more of the model's config than it needs, and drags everything downstream along
+    stage = {r.name: r.snakefile.stem for r in workflow_rules()}
+    foreign = sorted(r for r in by_params if stage.get(r) != section)
+    assert not foreign, (
+        f"models.{model}.overrides.{section}.{key} changed the params of rules outside rules/{section}.smk: "
+        f"{foreign} (pass section(model, ...) or the few keys a job needs, not the whole model config)"
+    )
     # every job of that model whose params include the section is rescheduled: all its checkpoints
     for rule in by_params:
         cks = {subject(j, models)[1] for j in jobs if j.rule == rule}

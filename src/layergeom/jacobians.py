@@ -191,8 +191,8 @@ def boundary_jacobians(
         x = torch.from_numpy(np.ascontiguousarray(states[rows]))  # (N, d)
         prefix = None
         if context == "in_context":
-            starts = rows - (T - 1)
-            prefix = torch.from_numpy(np.stack([states[s : s + T - 1] for s in starts]))  # (N, T-1, d)
+            before = rows[:, None] - np.arange(T - 1, 0, -1)  # (N, T-1): positions 0 .. T-2 of each window
+            prefix = torch.from_numpy(np.ascontiguousarray(states[before.ravel()]).reshape(len(rows), T - 1, -1))
         mean, summ = mean_jacobian(
             adapter,
             name,

@@ -230,7 +230,7 @@ def fit_identity(xa: torch.Tensor) -> Fit:
 
 def fit_diag(X, Y, xa, *, q: int = 8) -> Fit:
     """Diagonal map A = diag(a), a_i = max(0, sum_j x_ji y_ji / sum_j x_ji^2) (per-coordinate least squares)."""
-    num, den = (X * Y).sum(1, dtype=torch.float64), (X * X).sum(1, dtype=torch.float64)  # (m, d)
+    num, den = (X * Y).sum(1).double(), (X * X).sum(1).double()  # (m, d), in the inputs' precision
     xa = xa.to(torch.float64)
     a = torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), 1.0).clamp_min(0.0)
     q = min(q, a.shape[1])
@@ -286,13 +286,14 @@ def fit_orthogonal(loc: Local, xa, *, q: int = 8) -> Fit:
     spans: it maps ṽ_i = (u_i - c_i v_i)/s_i to -ũ_i = -(v_i - c_i u_i)/s_i; it is the identity elsewhere.
     """
     X, Y = loc.X, loc.Y  # (m, k, p)
-    m = X.shape[0]
-    Ux, sx, Vx = thin_svd(X)  # (m,k,k), (m,k), (m,p,k)
-    Uy, sy, Vy = thin_svd(Y)
-    C = sy[:, :, None] * (Uy.mT @ Ux) * sx[:, None, :]  # (m, k, k): YᵀX = Vy C Vxᵀ
-    Uc, S, Vch = svd(C)
-    keep = (S > 1e-6 * S[:, :1]).to(X.dtype)  # (m, k) non-zero singular values of YᵀX
-    U1, V1 = (Vy @ Uc) * keep[:, None, :], (Vx @ Vch.mT) * keep[:, None, :]  # (m, p, k)
+    m, k, p = X.shape
+    kx = min(k, p)
+    # the QR basis starts with span(X): X's coordinates fill the first kx columns, YᵀX = (Yᵀ Xc) [I 0]
+    Xc = X[:, :, :kx]  # (m, k, kx)
+    U, S, Vch = svd(Y.mT @ Xc)  # (m, p, kx), (m, kx), (m, kx, kx): thin SVD of YᵀXc
+    keep = (S > 1e-9 * S[:, :1]).to(X.dtype)  # (m, kx) non-zero singular values of YᵀX
+    U1 = U * keep[:, None, :]  # (m, p, kx)
+    V1 = torch.cat([Vch.mT, X.new_zeros(m, p - kx, kx)], 1) * keep[:, None, :]
     # principal vectors of span(V1) and span(U1); dropped columns are parked at singular value 2
     P, c, Rh = svd(V1.mT @ U1 + torch.diag_embed(2.0 * (1 - keep)))
     pair = (c <= 1.5).to(X.dtype)
