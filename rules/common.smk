@@ -1,7 +1,11 @@
 # Shared by all stages: config validation, wildcard constraints and named helpers (no rules here).
+import os
 import re
 import sys
 from pathlib import Path
+
+# OpenMP threads that spin while waiting slow small torch ops 10-100x on a shared machine; jobs inherit this
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
