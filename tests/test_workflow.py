@@ -5,34 +5,17 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
-from pathlib import Path
 
-import pytest
 from conftest import ROOT, TEST_CONFIG
+from lg_runs import SNAKEMAKE, snakemake
 
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+pytest_plugins = ["lg_runs"]
 MANIFEST_KEYS = {"model", "checkpoint", "source", "revision", "weights_sha256", "n_layers", "d_model",
                  "boundaries", "corpus", "n_windows", "window_tokens", "seed"}  # fmt: skip
 
 
-def snakemake(workdir, *args, config=ROOT / "config" / "test.yaml", check=True):
-    cmd = [*SNAKEMAKE, "-d", str(workdir), "--configfile", str(config), "--cores", "2", *args]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if check and res.returncode != 0:
-        raise AssertionError(f"snakemake failed:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
-    return res
-
-
-@pytest.fixture(scope="session")
-def test_run(tmp_path_factory):
-    """One full run of the test config (every stage), shared by the tests below."""
-    wd = tmp_path_factory.mktemp("wd")
-    snakemake(wd, "-q")
-    return wd
-
-
-def test_full_dag_outputs(test_run):
+def test_full_dag_outputs(reference_run):
+    test_run = reference_run
     for name, m in TEST_CONFIG["models"].items():
         for ck in m["checkpoints"]:
             man = json.loads((test_run / "results" / name / ck / "manifest.json").read_text())
@@ -45,8 +28,34 @@ def test_full_dag_outputs(test_run):
     assert list((test_run / "logs").rglob("*.log")) and list((test_run / "benchmarks").rglob("*.tsv"))
 
 
-def test_nothing_left_to_do(test_run):
-    res = snakemake(test_run, "-n")
+REQUIRED_COLUMNS = {
+    "tokenwise.tsv": "layer class n_anchors cos_full_tok cos_full_res angle_tok_deg angle_res_deg proj_full proj_res "
+    "relerr kl spearman_rho rho_ci_low rho_ci_high",
+    "spectra.tsv": "boundary layer kind n_samples cond self_realign henrici frac_expansive frac_complex asymmetry "
+    "erank part_ratio",
+    "cumulative.tsv": "variant depth boundary erank",
+    "schur.tsv": "alpha control depth erank",
+    "coupling.tsv": "boundary layer kind n_communities rho p_value q_value significant",
+}
+
+
+def test_output_tables_have_the_documented_columns(reference_run):
+    """The paths and columns of OUTPUTS.md, which users script against, for every model and checkpoint."""
+    for name, m in TEST_CONFIG["models"].items():
+        for ck in m["checkpoints"]:
+            man = json.loads((reference_run / "results" / name / ck / "manifest.json").read_text())
+            for table, cols in REQUIRED_COLUMNS.items():
+                with open(reference_run / "results" / name / ck / table) as f:
+                    rows = list(csv.DictReader(f, delimiter="\t"))
+                assert set(cols.split()) <= set(rows[0]), (name, ck, table)
+                if table in ("spectra.tsv", "coupling.tsv"):
+                    assert [r["boundary"] for r in rows] == man["boundaries"]
+                if table == "coupling.tsv":
+                    assert {r["significant"] for r in rows} <= {"true", "false"}
+
+
+def test_nothing_left_to_do(reference_run):
+    res = snakemake(reference_run, "-n")
     assert "Nothing to be done" in res.stdout + res.stderr
 
 
