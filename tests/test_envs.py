@@ -84,21 +84,43 @@ def pyproject_requirements() -> dict[str, Requirement]:
 
 
 # ---- imports ----------------------------------------------------------------------------------------
-def _guarded(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    """Inside `try: ... except ImportError` (an optional import) or `if TYPE_CHECKING:`."""
+def _in_sys_modules_test(test: ast.AST, top: str) -> str | None:
+    """'in' / 'not in' when `test` is `"<top>" in sys.modules` / `"<top>" not in sys.modules`."""
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.left, ast.Constant)
+        and test.left.value == top
+        and ast.unparse(test.comparators[0]) == "sys.modules"
+    ):
+        return "in" if isinstance(test.ops[0], ast.In) else "not in" if isinstance(test.ops[0], ast.NotIn) else None
+    return None
+
+
+def _guarded(node: ast.Import | ast.ImportFrom, parents: dict[ast.AST, ast.AST]) -> bool:
+    """An optional import: inside `try: ... except ImportError`, `if TYPE_CHECKING:` or
+    `if "<pkg>" in sys.modules:`, or after `if "<pkg>" not in sys.modules: return` in its function
+    (runtime.set_determinism seeds torch only in jobs that imported it already)."""
+    top = (node.names[0].name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
     child, p = node, parents.get(node)
     while p is not None:
         if isinstance(p, ast.Try) and child in p.body:
             for h in p.handlers:  # only an explicit ImportError handler makes an import optional
-                names = (
-                    {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "") for n in ast.walk(h.type)}
-                    if h.type
-                    else set()
-                )
+                types = ast.walk(h.type) if h.type else ()
+                names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "") for n in types}
                 if names & {"ImportError", "ModuleNotFoundError"}:
                     return True
-        if isinstance(p, ast.If) and "TYPE_CHECKING" in ast.unparse(p.test) and child in p.body:
-            return True
+        if isinstance(p, ast.If) and child in p.body:
+            if "TYPE_CHECKING" in ast.unparse(p.test) or _in_sys_modules_test(p.test, top) == "in":
+                return True
+        if isinstance(p, ast.FunctionDef | ast.AsyncFunctionDef) and child in p.body:
+            for stmt in p.body[: p.body.index(child)]:
+                if (
+                    isinstance(stmt, ast.If)
+                    and _in_sys_modules_test(stmt.test, top) == "not in"
+                    and isinstance(stmt.body[-1], ast.Return | ast.Raise)
+                ):
+                    return True
         child, p = p, parents.get(p)
     return False
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # start-local-slurm.sh - a real single-node SLURM cluster from Debian packages,
 # for CI / local testing (Debian 12 bookworm, root, no systemd needed).
-# layergeom's copy of /work/shared/slurm/start-local-slurm.sh (see that README for
-# the findings behind every setting); changes: SLURM_LOCAL_MIN_JOB_AGE.
+# layergeom's copy of the project's SLURM-in-CI recipe (the findings behind each setting
+# are in the comments below); added here: SLURM_LOCAL_MIN_JOB_AGE.
 #
 # Idempotent: installs what is missing, (re)writes the configs, starts only the
 # daemons that are not already running (restarts its own daemons if the config
