@@ -141,6 +141,56 @@ def run_settings():
     return {"seed": config["seed"], "device": config["device"], "threads": config["threads"]}
 
 
+# ---- tokenwise stage ---------------------------------------------------------------------------------
+def tokenwise_layer_files(wildcards, suffix):
+    return [f"results/{wildcards.model}/{wildcards.checkpoint}/tokenwise/L{l}.{suffix}" for l in layers(wildcards.model)]
+
+
+def tokenwise_runs():
+    return [f"{m}/{c}" for m in MODELS for c in checkpoints(m)]
+
+
+# ---- spectra stage -----------------------------------------------------------------------------------
+def spectra_jacobians(model, checkpoint, ext):
+    return [f"results/{model}/{checkpoint}/jacobians/{b}.{ext}" for b in boundaries(model)]
+
+
+def spectra_inputs(wildcards):
+    m, c = wildcards.model, wildcards.checkpoint
+    return {"npy": spectra_jacobians(m, c, "npy"), "tsv": spectra_jacobians(m, c, "tsv")}
+
+
+def spectra_seed(model):
+    s = section(model, "spectra")["schur_control_seed"]
+    return config["seed"] if s is None else s
+
+
+def spectra_figure_settings(model):
+    return {
+        "model": model,
+        "label": model_cfg(model).get("label", model),
+        "checkpoints": checkpoints(model),
+        "boundaries": boundaries(model),
+        "n_layers": n_layers(model),
+        "spectra": section(model, "spectra"),
+    }
+
+
+# ---- train stage -------------------------------------------------------------------------------------
+def trained_models():
+    return [m for m in MODELS if model_cfg(m)["source"] == "train"]
+
+
+def train_tokenizer_input(wildcards):
+    return windows_tokenizer(wildcards)
+
+
+def training_tables(model):
+    """The per-checkpoint tables (OUTPUTS.md) that the dynamics figure follows along the training steps."""
+    tables = ("tokenwise.tsv", "spectra.tsv", "cumulative.tsv", "coupling.tsv")
+    return [f"results/{model}/{c}/{t}" for c in checkpoints(model) for t in tables]
+
+
 # ---- final outputs -----------------------------------------------------------------------------
 FINAL_OUTPUTS = []
 

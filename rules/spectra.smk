@@ -2,20 +2,6 @@
 # operator through depth and the Schur surgery, per model and checkpoint; figures per model.
 
 
-def spectra_jacobians(model, checkpoint, ext):
-    return [f"results/{model}/{checkpoint}/jacobians/{b}.{ext}" for b in boundaries(model)]
-
-
-def spectra_inputs(wildcards):
-    m, c = wildcards.model, wildcards.checkpoint
-    return {"npy": spectra_jacobians(m, c, "npy"), "tsv": spectra_jacobians(m, c, "tsv")}
-
-
-def spectra_seed(model):
-    s = section(model, "spectra")["schur_control_seed"]
-    return config["seed"] if s is None else s
-
-
 # ---- Jacobians: one job per (model, checkpoint) writing every boundary's J̄_b ----------------------
 # Loading the weights and importing torch costs seconds per job (minutes per job for multi-GB models
 # on a GPU node), while the outputs must stay one file per boundary (the topology stage reads
@@ -116,17 +102,6 @@ SPECTRA_FIGURES = {
     "cumulative": ("cumulative.tsv", "Cumulative effective rank"),
     "schur": ("schur.tsv", "Schur surgery"),
 }
-
-
-def spectra_figure_settings(model):
-    return {
-        "model": model,
-        "label": model_cfg(model).get("label", model),
-        "checkpoints": checkpoints(model),
-        "boundaries": boundaries(model),
-        "n_layers": n_layers(model),
-        "spectra": section(model, "spectra"),
-    }
 
 
 # Snakemake does not expand wildcards in caption paths, so each figure gets its own rule and caption.

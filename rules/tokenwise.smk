@@ -3,14 +3,6 @@
 # per window serves all layers) and the summary table with Spearman rho(RelErr, KL); the Paper A figures.
 
 
-def tokenwise_layer_files(wildcards, suffix):
-    return [f"results/{wildcards.model}/{wildcards.checkpoint}/tokenwise/L{l}.{suffix}" for l in layers(wildcards.model)]
-
-
-def tokenwise_runs():
-    return [f"{m}/{c}" for m in MODELS for c in checkpoints(m)]
-
-
 rule tokenwise_fit:
     input:
         activations="results/{model}/{checkpoint}/activations",

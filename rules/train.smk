@@ -2,14 +2,6 @@
 # and the training-dynamics figure that follows every analysis along the training steps.
 
 
-def trained_models():
-    return [m for m in MODELS if model_cfg(m)["source"] == "train"]
-
-
-def train_tokenizer_input(wildcards):
-    return windows_tokenizer(wildcards)
-
-
 rule train_model:
     input:
         corpus="resources/corpus/corpus.jsonl",
@@ -62,12 +54,6 @@ rule training_figure:
         "../envs/plots.yaml"
     script:
         "../scripts/training_figure.py"
-
-
-def training_tables(model):
-    """The per-checkpoint tables (OUTPUTS.md) that the dynamics figure follows along the training steps."""
-    tables = ("tokenwise.tsv", "spectra.tsv", "cumulative.tsv", "coupling.tsv")
-    return [f"results/{model}/{c}/{t}" for c in checkpoints(model) for t in tables]
 
 
 register_outputs(
