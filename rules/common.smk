@@ -105,6 +105,13 @@ def tokenizer_dir(model):
     return model_dir(model, ref)
 
 
+def materialize_cfg(model, checkpoint):
+    """What one checkpoint's weights depend on: not its siblings, the overrides or the label (so editing
+    those, or adding a checkpoint, reruns nothing that exists)."""
+    cfg = {k: v for k, v in model_cfg(model).items() if k not in ("checkpoints", "overrides", "label")}
+    return {**cfg, "checkpoints": {checkpoint: model_cfg(model)["checkpoints"][checkpoint]}}
+
+
 def materialize_inputs(wildcards):
     """An init checkpoint needs its trained sibling (config, tokenizer); a BPE model its tokenizer."""
     m, c = wildcards.model, wildcards.checkpoint

@@ -46,7 +46,7 @@ rule materialize:
         config="resources/models/{model}/{checkpoint}/config.json",
         source="resources/models/{model}/{checkpoint}/source.json",
     params:
-        model_cfg=lambda wc: model_cfg(wc.model),
+        model_cfg=lambda wc: materialize_cfg(wc.model, wc.checkpoint),
         out_dir=lambda wc: model_dir(wc.model, wc.checkpoint),
     log:
         "logs/materialize/{model}/{checkpoint}.log",

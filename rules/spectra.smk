@@ -116,7 +116,7 @@ for _fig, (_table, _title) in SPECTRA_FIGURES.items():
             png=report(
                 f"results/figures/spectra_{_fig}_{{model}}.png",
                 caption=f"../report/spectra_{_fig}.rst",
-                category="Paper B: spectral geometry",
+                category="Paper B – spectral geometry",
                 subcategory=_title,
                 labels=lambda wc, fig=_fig: {"model": wc.model, "figure": fig},
             ),

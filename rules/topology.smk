@@ -69,7 +69,7 @@ rule topology_graph_figure:
         png=report(
             "results/figures/topology_graph_{model}_{checkpoint}_{boundary}.png",
             caption="../report/topology_graph.rst",
-            category="Paper B: topology",
+            category="Paper B – topology",
             subcategory="{model}",
             labels={"model": "{model}", "checkpoint": "{checkpoint}", "boundary": "{boundary}", "figure": "graph"},
         ),
@@ -94,7 +94,7 @@ rule topology_coupling_figure:
         png=report(
             "results/figures/coupling_rho_{model}.png",
             caption="../report/topology_coupling.rst",
-            category="Paper B: topology",
+            category="Paper B – topology",
             subcategory="{model}",
             labels={"model": "{model}", "figure": "coupling ρ vs layer"},
         ),
@@ -120,7 +120,7 @@ rule coupling_significant_layers:
         png=report(
             "results/figures/coupling_significant_layers.png",
             caption="../report/topology_significant.rst",
-            category="Paper B: topology",
+            category="Paper B – topology",
             labels={"figure": "FDR-significant layers per checkpoint"},
         ),
         pdf="results/figures/coupling_significant_layers.pdf",

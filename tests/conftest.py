@@ -9,8 +9,11 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spinning OpenMP threads on 2 shared cores
 
 import pytest
-import torch
-import yaml
+
+pytest.register_assert_rewrite("lg_runs")
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))

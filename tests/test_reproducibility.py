@@ -231,7 +231,7 @@ def test_added_checkpoint_runs_only_its_jobs(reference_run, tmp_path):
 
     jobs = dry_run_jobs(reference_run, added)
     models = _models(cfg)
-    wrong, per_checkpoint = [], []
+    wrong, new_logs = [], set()
     for j in jobs:
         m, ck = subject(j, models)
         if m is None:  # across models: must read something of the new checkpoint
@@ -245,15 +245,18 @@ def test_added_checkpoint_runs_only_its_jobs(reference_run, tmp_path):
         if not ok:
             wrong.append(f"{j.rule} ({m}/{ck}): {j.fields.get('output', '')[:80]}; reason {j.fields.get('reason')}")
         if m == model and ck == new:
-            per_checkpoint.append(j.rule)
+            new_logs |= {re.sub(rf"/{re.escape(new)}(/|\.log$)", r"/init\1", p) for p in j.paths("log")}
     assert not wrong, f"adding {model}/{new} schedules jobs it should not:\n" + "\n".join(wrong)
-    # the new checkpoint gets every job an existing checkpoint of that model had (from the reference's logs)
-    ref = sorted(
-        p.relative_to(reference_run / "logs").parts[0]
+    # the new checkpoint gets every job that the existing checkpoint `init` of that model had (their logs)
+    ref_logs = {
+        p.relative_to(reference_run).as_posix()
         for p in (reference_run / "logs").rglob("*.log")
-        if {model, "init"} <= {q.removesuffix(".log") for q in p.relative_to(reference_run / "logs").parts}
+        if re.search(rf"/{re.escape(model)}/init(/|\.log$)", p.relative_to(reference_run).as_posix())
+    }
+    assert new_logs == ref_logs, (
+        f"{model}/{new} gets jobs {sorted(new_logs - ref_logs)} that {model}/init has not, "
+        f"and lacks {sorted(ref_logs - new_logs)}"
     )
-    assert sorted(per_checkpoint) == ref, f"jobs for {model}/{new}: {sorted(per_checkpoint)}\nfor {model}/init: {ref}"
 
 
 # ---- resume after a kill ----------------------------------------------------------------------------
