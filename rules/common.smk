@@ -162,6 +162,10 @@ def spectra_jacobians(model, checkpoint, ext):
     return [f"results/{model}/{checkpoint}/jacobians/{b}.{ext}" for b in boundaries(model)]
 
 
+def topology_graphs(model, checkpoint, ext):
+    return [f"results/{model}/{checkpoint}/graphs/{b}.{ext}" for b in boundaries(model)]
+
+
 def spectra_inputs(wildcards):
     m, c = wildcards.model, wildcards.checkpoint
     return {"npy": spectra_jacobians(m, c, "npy"), "tsv": spectra_jacobians(m, c, "tsv")}

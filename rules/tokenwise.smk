@@ -34,6 +34,7 @@ rule tokenwise_kl:
     output:
         "results/{model}/{checkpoint}/tokenwise/kl.tsv",
     params:
+        batch_rows=lambda wc: section(wc.model, "tokenwise")["kl_batch_rows"],
         run=run_settings(),
     log:
         "logs/tokenwise_kl/{model}/{checkpoint}.log",

@@ -1,43 +1,49 @@
 # Paper B topology (METHODS.md §3): correlation graphs and signed Leiden communities per boundary,
 # coupling of participation to Jacobian amplification per checkpoint, and the topology figures.
 #
-# One graph job per (model, checkpoint, boundary): the boundary is the method's unit (one graph, one J̄_b).
-# Measured on 2 cores (bench/results/topology.md): a graph costs ~1.5 s at d=576 and ~20 s at d=4096 against
-# ~5 s of job start-up, so start-up dominates only for small models, where per-layer jobs would merely halve
-# it; at large d the boundaries run in parallel on a cluster and a changed model reruns only its own graphs.
+# One graph job per (model, checkpoint) writing every boundary's graph, like the Jacobian job: a graph costs
+# ~1.2 s at d=576 and ~12 s at d=4096 on 2 cores (bench/results/topology.md) against ~2 s of start-up per
+# job, so per-boundary jobs spent half of a small model's topology time starting Python (and flooded a
+# SLURM queue with 60-second jobs for large ones). The outputs stay one file per boundary; the boundary
+# list is known from the config, so each model gets its own rule with the exact list of outputs.
 
 
 localrules:
     coupling_significant_layers,
 
 
-rule topology_graph:
-    input:
-        activations="results/{model}/{checkpoint}/activations",
-    output:
-        nodes="results/{model}/{checkpoint}/graphs/{boundary}.tsv",
-        edges="results/{model}/{checkpoint}/graphs/{boundary}.edges.tsv",
-        sweep="results/{model}/{checkpoint}/graphs/{boundary}.sweep.tsv",
-    params:
-        topology=lambda wc: section(wc.model, "topology"),
-        run=run_settings(),
-    log:
-        "logs/topology_graph/{model}/{checkpoint}/{boundary}.log",
-    benchmark:
-        "benchmarks/topology_graph/{model}/{checkpoint}/{boundary}.tsv"
-    conda:
-        "../envs/graphs.yaml"
-    threads: job_threads()
-    resources:
-        mem_mb=4000,
-    script:
-        "../scripts/topology_graph.py"
+for _m in MODELS:
+
+    rule:
+        name:
+            f"topology_graph_{re.sub(r'[^A-Za-z0-9_]', '_', _m)}"
+        input:
+            activations=f"results/{_m}/{{checkpoint}}/activations",
+        output:
+            nodes=topology_graphs(_m, "{checkpoint}", "tsv"),
+            edges=topology_graphs(_m, "{checkpoint}", "edges.tsv"),
+            sweep=topology_graphs(_m, "{checkpoint}", "sweep.tsv"),
+        params:
+            boundaries=boundaries(_m),
+            topology=section(_m, "topology"),
+            run=run_settings(),
+        log:
+            f"logs/topology_graph/{_m}/{{checkpoint}}.log",
+        benchmark:
+            f"benchmarks/topology_graph/{_m}/{{checkpoint}}.tsv"
+        conda:
+            "../envs/graphs.yaml"
+        threads: job_threads()
+        resources:
+            mem_mb=4000,
+        script:
+            "../scripts/topology_graph.py"
 
 
 rule topology_coupling:
     input:
-        graphs=lambda wc: [f"results/{wc.model}/{wc.checkpoint}/graphs/{b}.tsv" for b in boundaries(wc.model)],
-        sweeps=lambda wc: [f"results/{wc.model}/{wc.checkpoint}/graphs/{b}.sweep.tsv" for b in boundaries(wc.model)],
+        graphs=lambda wc: topology_graphs(wc.model, wc.checkpoint, "tsv"),
+        sweeps=lambda wc: topology_graphs(wc.model, wc.checkpoint, "sweep.tsv"),
         jacobians=lambda wc: [f"results/{wc.model}/{wc.checkpoint}/jacobians/{b}.npy" for b in boundaries(wc.model)],
         spectra="results/{model}/{checkpoint}/spectra.tsv",  # Henrici departures, computed once there
     output:

@@ -17,5 +17,6 @@ with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
         sm.input.activations,
         list(sm.input.patches),
         device=resolve_device(sm.params.run["device"]),
+        batch_rows=sm.params.batch_rows,
         out=sm.output[0],
     )

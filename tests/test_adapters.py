@@ -96,6 +96,24 @@ def test_resume_patch_matches_full_rerun_and_is_causal(tiny_adapter, token_ids):
             assert (slow_all[t] - clean[t]).abs().max() > 1e-4
 
 
+def test_stacked_runs_resume_each_window(tiny_adapter, token_ids):
+    """Rows of several windows in one resume call (``stack_runs``) == each window's own resume."""
+    positions = [torch.tensor([2, 11, 20]), torch.tensor([7, 19])]
+    runs = [tiny_adapter.clean_run(token_ids[w : w + 1], p) for w, p in enumerate(positions)]
+    stacked = tiny_adapter.stack_runs(runs)
+    g = torch.Generator().manual_seed(2)
+    for layer in range(tiny_adapter.n_layers + 1):
+        patched = [
+            r.states[layer][p] + torch.randn(len(p), tiny_adapter.d_model, generator=g) for r, p in zip(runs, positions)
+        ]
+        alone = torch.cat([tiny_adapter.resume(r, layer, s, p) for r, s, p in zip(runs, patched, positions)])
+        # rows interleaved across windows, so a wrong window index cannot go unnoticed
+        order = torch.tensor([0, 3, 1, 4, 2])
+        windows = torch.tensor([0, 0, 0, 1, 1])[order]
+        together = tiny_adapter.resume(stacked, layer, torch.cat(patched)[order], torch.cat(positions)[order], windows)
+        torch.testing.assert_close(together, alone[order], rtol=0, atol=1e-5)
+
+
 def _full_patched(adapter, ids, layer, t, state):
     """Logits at every position of a full forward with the input of block `layer` overwritten at t."""
 

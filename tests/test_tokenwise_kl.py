@@ -59,15 +59,17 @@ def test_kl_from_logits_matches_scipy_entropy():
     np.testing.assert_allclose(kl_from_logits(p, q).numpy(), ref, rtol=1e-5)
 
 
-def test_fast_kl_equals_slow_kl(family, token_ids):
-    """One clean pass + batched resumes == a full patched forward per anchor, for every family (Mamba too)."""
+@pytest.mark.parametrize("max_rows", [1, 256], ids=["window-by-window", "windows-stacked"])
+def test_fast_kl_equals_slow_kl(family, token_ids, max_rows):
+    """One clean pass + batched resumes == a full patched forward per anchor, for every family (Mamba too),
+    whether each window is resumed alone or the anchors of several windows share one resume call."""
     adapter = get_adapter(tiny_model(family))
-    ids = token_ids.numpy()  # (2, 24)
-    windows, positions = np.array([0, 0, 1, 1, 1]), np.array([3, 17, 1, 9, 23])
+    ids = torch.cat([token_ids, token_ids.flip(1)]).numpy()  # (4, 24)
+    windows, positions = np.array([2, 0, 1, 0, 3, 1, 1, 2]), np.array([5, 3, 1, 17, 12, 9, 23, 5])
     g = np.random.default_rng(0)
     d = adapter.d_model
-    patches = {l: g.standard_normal((2, 5, d)).astype(np.float32) for l in range(adapter.n_layers)}
-    fast = patched_kl(adapter, ids, windows, positions, patches)
+    patches = {l: g.standard_normal((2, len(windows), d)).astype(np.float32) for l in range(adapter.n_layers)}
+    fast = patched_kl(adapter, ids, windows, positions, patches, max_rows=max_rows)
     slow = patched_kl_slow(adapter, ids, windows, positions, patches)
     for l in patches:
         assert np.all(fast[l] > 0)

@@ -177,3 +177,13 @@ def write_topology(topo: BoundaryTopology, nodes_path, edges_path, sweep_path) -
     write_tsv(topo.nodes, nodes_path)
     write_tsv(topo.edges, edges_path)
     write_tsv(topo.sweep, sweep_path)
+
+
+def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps) -> None:
+    """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each."""
+    from .runtime import progress
+
+    if not len(boundaries) == len(nodes) == len(edges) == len(sweeps):
+        raise LayergeomError("one nodes, edges and sweep path per boundary")
+    for b, n, e, s in progress(list(zip(boundaries, nodes, edges, sweeps)), desc="graphs", unit="boundary"):
+        write_topology(store_topology(store_dir, b, cfg, seed), n, e, s)

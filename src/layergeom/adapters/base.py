@@ -63,30 +63,56 @@ class RecordingKV:
 
 
 class PrefixKV:
-    """A duck-typed KV cache for m single-token queries that share one clean prefix.
+    """A duck-typed KV cache for single-token queries laid out as a (windows, r) grid.
 
-    ``update`` appends each query's own key/value after the clean keys of the whole window; the
-    attention mask (built by ``Adapter.resume_context``) hides the clean keys at and after each
-    query's position, so query a sees exactly its causal prefix plus itself.
+    The clean keys/values of the run's windows are stacked on the batch axis; grid row w continues
+    window ``windows[w]``. ``update`` appends the r queries' own keys/values after the clean keys of
+    their window (no per-query copy of the prefix); the attention mask (``Adapter.resume_context``) lets
+    query i see the clean keys before its position and, of the appended keys, only its own.
     """
 
-    def __init__(self, kv: dict[int, tuple[torch.Tensor, torch.Tensor]], m: int):
-        self.kv, self.m = kv, m
+    def __init__(self, kv: dict[int, tuple[torch.Tensor, torch.Tensor]], windows: torch.Tensor):
+        self.kv, self.windows = kv, windows
 
     def update(self, key, value, layer_idx, *args, **kwargs):
-        k0, v0 = self.kv[layer_idx]  # (1, heads, T, dh)
-        shape = (self.m, *k0.shape[1:])
-        return torch.cat([k0.expand(shape), key], dim=2), torch.cat([v0.expand(shape), value], dim=2)
+        k0, v0 = self.kv[layer_idx]  # (W, heads, T, dh)
+        return (
+            torch.cat([k0.index_select(0, self.windows), key], dim=2),
+            torch.cat([v0.index_select(0, self.windows), value], dim=2),
+        )
+
+
+def query_grid(windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Lay m rows out as (W', r): one grid row per window present, r = the most rows of one window.
+
+    Returns (window ids (W',), index (W', r) of the row in each slot, valid (W', r)); empty slots repeat
+    their window's first row and are dropped from the results.
+    """
+    wids, inverse, counts = torch.unique(windows, return_inverse=True, return_counts=True)
+    m = windows.shape[0]
+    order = torch.argsort(inverse, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    slot = torch.empty_like(order)
+    slot[order] = torch.arange(m, device=windows.device) - starts[inverse[order]]
+    index = torch.full((len(wids), int(counts.max())), -1, dtype=torch.long, device=windows.device)
+    index[inverse, slot] = torch.arange(m, device=windows.device)
+    valid = index >= 0
+    return wids, torch.where(valid, index, index[:, :1]), valid
 
 
 @dataclass
 class CleanRun:
-    """What a clean pass over one window leaves behind for cheap resumes."""
+    """What a clean pass over one window (or, from ``Adapter.stack_runs``, several) leaves behind for resumes."""
 
-    logits: torch.Tensor  # (T, V) fp32
-    states: list[torch.Tensor]  # block inputs h_0 .. h_{L-1} and the final state, each (T, d)
-    cache: object  # family-specific prefix cache (keys/values, or recurrent states)
+    logits: torch.Tensor | None  # (T, V) fp32; None for stacked runs
+    states: list[torch.Tensor]  # block inputs h_0 .. h_{L-1} and the final state, each (T, d) or (W, T, d)
+    cache: object  # family-specific prefix cache (keys/values (W, heads, T, dh), or recurrent states)
     positions: torch.Tensor | None = None  # positions the cache was prepared for (recurrent models)
+
+    @property
+    def tokens(self) -> int:
+        """Window length T."""
+        return self.states[0].shape[-2]
 
 
 def cache_kwarg(module: nn.Module) -> str:
@@ -200,14 +226,19 @@ class Adapter:
         return self._context(h, pos, pos)
 
     def resume_context(self, h: torch.Tensor, positions: torch.Tensor, T: int) -> Context:
-        """Context for m single-token queries at `positions` over [clean keys 0..T-1, own key]."""
-        m = positions.shape[0]
-        q = positions[:, None]  # (m, 1)
-        k = torch.cat([torch.arange(T, device=h.device)[None].expand(m, T), q], dim=1)  # (m, T+1)
-        prefix_ok = torch.cat(
-            [torch.arange(T, device=h.device)[None] < q, torch.ones(m, 1, dtype=torch.bool, device=h.device)], dim=1
+        """Context for a (W', r) grid of single-token queries at `positions` over [clean keys 0..T-1, the
+        r queries' own keys]: query i sees the clean keys before its position and its own key."""
+        n, r = positions.shape
+        clean = torch.arange(T, device=h.device)
+        k = torch.cat([clean[None].expand(n, T), positions], dim=1)  # (W', T + r)
+        allowed = torch.cat(
+            [
+                (clean[None, None, :] < positions[:, :, None]),  # (W', r, T)
+                torch.eye(r, dtype=torch.bool, device=h.device)[None].expand(n, r, r),
+            ],
+            dim=2,
         )
-        return self._context(h, q, k, prefix_ok[:, None, :])
+        return self._context(h, positions, k, allowed)
 
     # ---- (a) capture ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -266,21 +297,47 @@ class Adapter:
         states.append(h[0])
         return CleanRun(logits=self.head(h)[0], states=states, cache=cache.kv)
 
+    def stack_runs(self, runs: list[CleanRun]) -> CleanRun:
+        """Single-window clean runs as one, so that one ``resume`` call serves rows of all their windows.
+
+        Resuming many windows' anchors together turns the remaining blocks' matrix-vector products into
+        matrix products (the weights are read once per call, not once per window).
+        """
+        kv = {j: tuple(torch.cat([r.cache[j][i] for r in runs]) for i in (0, 1)) for j in runs[0].cache}
+        return CleanRun(logits=None, states=self._stack_states(runs), cache=kv)
+
+    @staticmethod
+    def _stack_states(runs: list[CleanRun]) -> list[torch.Tensor]:
+        return [torch.stack([r.states[j] for r in runs]) for j in range(len(runs[0].states))]
+
     @torch.no_grad()
-    def resume(self, run: CleanRun, layer: int, states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def resume(
+        self,
+        run: CleanRun,
+        layer: int,
+        states: torch.Tensor,
+        positions: torch.Tensor,
+        windows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Next-token logits (m, V) when the input of block `layer` is replaced at one position each.
 
         states (m, d) are the patched block inputs (layer == n_layers patches the final state) and
         positions (m,) their token positions; each row is one patched single-token query over the
         clean run's cached prefix, so a patch costs about one token through the remaining blocks.
+        For a stacked run (``stack_runs``), windows (m,) says which of its windows each row continues.
         """
-        h = states[:, None, :].to(self.device, run.states[0].dtype)
         positions = positions.to(self.device)
-        ctx = self.resume_context(h, positions, run.states[0].shape[0])
-        cache = PrefixKV(run.cache, h.shape[0])
+        windows = torch.zeros_like(positions) if windows is None else windows.to(self.device)
+        wids, index, valid = query_grid(windows)
+        h = states.to(self.device, run.states[0].dtype)[index]  # (W', r, d)
+        ctx = self.resume_context(h, positions[index], run.tokens)
+        cache = PrefixKV(run.cache, wids)
         for j in range(layer, self.n_layers):
             h = self.call_block(j, h, ctx, cache)
-        return self.head(h)[:, 0, :]
+        logits = self.head(h)  # (W', r, V)
+        out = logits.new_empty(states.shape[0], logits.shape[-1])
+        out[index[valid]] = logits[valid]
+        return out
 
     @torch.no_grad()
     def patched_logits_full(self, input_ids: torch.Tensor, layer: int, position: int, state: torch.Tensor):

@@ -70,10 +70,10 @@ class MambaAdapter(Adapter):
             states.append(h[0])
             # step the clean prefix through the recurrent form; keep the state *before* each wanted position
             step = MambaStates({j: self._zero_states(block.mixer, 1, h)})
-            per_pos = {}
+            per_pos = {}  # (window, position) -> states; window 0 until stack_runs renumbers
             for t in range(max(wanted) + 1):
                 if t in wanted:
-                    per_pos[t] = tuple(s.clone() for s in step.states[j])
+                    per_pos[0, t] = tuple(s.clone() for s in step.states[j])
                 if t < max(wanted):
                     block.mixer(block.norm(h[:, t : t + 1]), **{cache_kwarg(block.mixer): step})
             kept[j] = per_pos
@@ -81,12 +81,16 @@ class MambaAdapter(Adapter):
         states.append(h[0])
         return CleanRun(logits=self.head(h)[0], states=states, cache=kept, positions=positions)
 
+    def stack_runs(self, runs):
+        kept = {j: {(i, p): st for i, r in enumerate(runs) for (_, p), st in r.cache[j].items()} for j in runs[0].cache}
+        return CleanRun(logits=None, states=self._stack_states(runs), cache=kept)
+
     @torch.no_grad()
-    def resume(self, run, layer, states, positions):
+    def resume(self, run, layer, states, positions, windows=None):
         h = states[:, None, :].to(self.device, run.states[0].dtype)
-        pos = [int(p) for p in positions]
+        keys = list(zip([0] * len(positions) if windows is None else windows.tolist(), positions.tolist()))
         for j in range(layer, self.n_layers):
-            conv = torch.cat([run.cache[j][p][0] for p in pos])
-            ssm = torch.cat([run.cache[j][p][1] for p in pos])
+            conv = torch.cat([run.cache[j][k][0] for k in keys])
+            ssm = torch.cat([run.cache[j][k][1] for k in keys])
             h = self.call_block(j, h, None, MambaStates({j: (conv, ssm)}))
         return self.head(h)[:, 0, :]

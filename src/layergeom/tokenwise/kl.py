@@ -3,7 +3,8 @@
 For every anchor a and layer l, KL(p_clean || p_patched) of the next-token distribution at a, where the
 patched run has the input of block l+1 (the final state for the last block) replaced by t = T(h_l(a)) at
 position a only. Positions before a are causal and unaffected, so one clean pass per window caches the
-prefix and each patch costs one token through the remaining blocks (``Adapter.resume``).
+prefix and each patch costs one token through the remaining blocks (``Adapter.resume``); the anchors of
+consecutive windows are resumed together so that those tokens go through the blocks as matrix products.
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ def _by_window(windows: np.ndarray) -> dict[int, np.ndarray]:
     return {int(w): order[s:e] for w, s, e in zip(uniq, starts, [*starts[1:], len(order)])}
 
 
+def _chunks(groups: dict[int, np.ndarray], rows_per_anchor: int, max_rows: int) -> list[list[tuple[int, np.ndarray]]]:
+    """Consecutive windows whose patched rows (anchors x variants) fit in max_rows; at least one window each."""
+    chunks, chunk, n = [], [], 0
+    for w, idx in groups.items():
+        rows = len(idx) * rows_per_anchor
+        if chunk and n + rows > max_rows:
+            chunks.append(chunk)
+            chunk, n = [], 0
+        chunk.append((w, idx))
+        n += rows
+    return [*chunks, chunk] if chunk else chunks
+
+
 @torch.no_grad()
 def patched_kl(
     adapter,
@@ -42,28 +56,43 @@ def patched_kl(
     windows: np.ndarray,
     positions: np.ndarray,
     patches: dict[int, np.ndarray],
+    max_rows: int = 256,
 ) -> dict[int, np.ndarray]:
     """KL at every anchor for every patched state, reusing one clean pass per window.
 
     token_ids (n_windows, T); windows, positions (m,) the anchors' window and position; patches maps a
     layer l to states (n_variants, m, d) that replace the input of block l+1 at the anchors (one variant
-    per map class). Returns layer -> KL (n_variants, m) float64. One ``adapter.resume`` call per
-    (window, layer) covers all anchors of the window and all variants.
+    per map class). Returns layer -> KL (n_variants, m) float64. Consecutive windows are resumed together
+    (``adapter.stack_runs``): one ``adapter.resume`` call per (chunk of windows, layer) covers all their
+    anchors and variants, at most ``max_rows`` rows unless a single window has more.
     """
     device = adapter.device
     out = {l: np.full(p.shape[:2], np.nan) for l, p in patches.items()}
+    n_var = {p.shape[0] for p in patches.values()}
+    if len(n_var) > 1:
+        raise ValueError("every layer needs the same number of patched variants")
+    n_var = n_var.pop() if n_var else 1
     groups = _by_window(np.asarray(windows))
-    for w, idx in progress(groups.items(), desc="patched KL", unit="window", total=len(groups)):
-        pos = torch.as_tensor(np.asarray(positions)[idx], dtype=torch.long, device=device)  # (mw,)
-        ids = torch.as_tensor(token_ids[w], dtype=torch.long, device=device)[None]
-        run = adapter.clean_run(ids, pos)
-        clean = run.logits[pos]  # (mw, V)
+    bar = progress(total=len(groups), desc="patched KL", unit="window")
+    for chunk in _chunks(groups, n_var, max_rows):
+        runs, cleans, pos, win = [], [], [], []
+        for i, (w, idx) in enumerate(chunk):
+            p = torch.as_tensor(np.asarray(positions)[idx], dtype=torch.long, device=device)  # (mw,)
+            run = adapter.clean_run(torch.as_tensor(token_ids[w], dtype=torch.long, device=device)[None], p)
+            cleans.append(run.logits[p])  # (mw, V)
+            run.logits = None  # only the anchors' rows are needed; a window's logits are T x V
+            runs.append(run)
+            pos.append(p)
+            win.append(torch.full_like(p, i))
+        idx = np.concatenate([i for _, i in chunk])
+        run, clean, pos, win = adapter.stack_runs(runs), torch.cat(cleans), torch.cat(pos), torch.cat(win)
         for l, states in patches.items():
-            n_var = states.shape[0]
-            s = torch.as_tensor(states[:, idx], device=device).reshape(n_var * len(idx), -1)  # (n_var*mw, d)
-            logits = adapter.resume(run, l + 1, s, pos.repeat(n_var))  # (n_var*mw, V)
+            s = torch.as_tensor(states[:, idx], device=device).reshape(n_var * len(idx), -1)  # (n_var*mc, d)
+            logits = adapter.resume(run, l + 1, s, pos.repeat(n_var), win.repeat(n_var))  # (n_var*mc, V)
             kl = kl_from_logits(clean.repeat(n_var, 1), logits).reshape(n_var, len(idx))
             out[l][:, idx] = kl.double().cpu().numpy()
+        bar.update(len(chunk))
+    bar.close()
     return out
 
 

@@ -150,7 +150,9 @@ def run_fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str,
 
 
 # ---- rule tokenwise_kl ------------------------------------------------------------------------------
-def kl_checkpoint(model_dir, activations, patch_files: list, *, device: str = "cpu", slow: bool = False):
+def kl_checkpoint(
+    model_dir, activations, patch_files: list, *, device: str = "cpu", slow: bool = False, batch_rows: int = 256
+):
     """KL of every patched state of every layer; one clean pass per window. Returns a DataFrame."""
     import pandas as pd
     import torch
@@ -184,7 +186,10 @@ def kl_checkpoint(model_dir, activations, patch_files: list, *, device: str = "c
     if err > 1e-3:
         raise LayergeomError(f"the activations do not match the weights in {model_dir} (relative error {err:.2g})")
     t0 = time.perf_counter()
-    kls = (patched_kl_slow if slow else patched_kl)(adapter, store.token_ids(), windows, positions, patches)
+    if slow:
+        kls = patched_kl_slow(adapter, store.token_ids(), windows, positions, patches)
+    else:
+        kls = patched_kl(adapter, store.token_ids(), windows, positions, patches, max_rows=batch_rows)
     log.info("KL for %d layers x %d anchors in %.1f s", len(patches), len(rows), time.perf_counter() - t0)
     frames = []
     for l, kl in kls.items():
@@ -195,8 +200,8 @@ def kl_checkpoint(model_dir, activations, patch_files: list, *, device: str = "c
     return pd.concat(frames, ignore_index=True)
 
 
-def run_kl_checkpoint(model_dir, activations, patch_files, *, device: str, out) -> None:
-    write_tsv(out, kl_checkpoint(model_dir, activations, patch_files, device=device))
+def run_kl_checkpoint(model_dir, activations, patch_files, *, device: str, out, batch_rows: int = 256) -> None:
+    write_tsv(out, kl_checkpoint(model_dir, activations, patch_files, device=device, batch_rows=batch_rows))
 
 
 # ---- rule tokenwise_summary ---------------------------------------------------------------------------
