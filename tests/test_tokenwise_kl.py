@@ -13,7 +13,7 @@ from layergeom import config as lgconfig
 from layergeom.adapters import get_adapter
 from layergeom.store import dump_activations
 from layergeom.tokenwise import CLASSES
-from layergeom.tokenwise.kl import kl_from_logits, patched_kl, patched_kl_slow
+from layergeom.tokenwise.kl import kl_against, kl_from_logits, patched_kl, patched_kl_slow
 from layergeom.tokenwise.pipeline import SUMMARY_COLUMNS, fit_layer, summarise
 from layergeom.tokenwise.stats import spearman_ci
 
@@ -57,6 +57,26 @@ def test_kl_from_logits_matches_scipy_entropy():
     p, q = torch.randn(4, 50, generator=g), torch.randn(4, 50, generator=g)
     ref = [scipy.stats.entropy(torch.softmax(p[i].double(), 0), torch.softmax(q[i].double(), 0)) for i in range(4)]
     np.testing.assert_allclose(kl_from_logits(p, q).numpy(), ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1e-2, 1.0, 30.0])
+def test_kl_against_keeps_precision_for_small_and_large_patches(scale):
+    """The difference form (log sum p e^D - sum p D) == the log-softmax KL of the same fp32 logits in extended
+    precision, from tiny patches (KL ~1e-9 nats, where even a float64 log-softmax loses digits) to huge ones."""
+    g = torch.Generator().manual_seed(3)
+    P = 4 * torch.randn(3, 50_000, generator=g)
+    Q = P[:, None, :] + scale * torch.randn(3, 2, 50_000, generator=g)
+
+    def log_softmax(x):  # in x87 extended precision (64-bit mantissa): an independent, more precise reference
+        x = x.numpy().astype(np.longdouble)
+        top = x.max(-1, keepdims=True)
+        return x - top - np.log(np.exp(x - top).sum(-1, keepdims=True))
+
+    lp, lq = log_softmax(P)[:, None, :], log_softmax(Q)
+    ref = torch.as_tensor((np.exp(lp) * (lp - lq)).sum(-1).astype(np.float64))
+    got = kl_against(P, torch.softmax(P.double(), -1), Q)
+    assert got.shape == (3, 2) and got.dtype == torch.float64
+    torch.testing.assert_close(got, ref, rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("max_rows", [1, 256], ids=["window-by-window", "windows-stacked"])

@@ -86,24 +86,26 @@ def schur_surgery(
     alphas = [float(a) for a in alphas]
     forms = [schur_form(jacobians[n]) for n in names]
     J0 = [f.normal_part for f in forms]  # (d, d) each
-    nonnormal = {"none": [], "random": []}  # the N used per boundary, and Q N Qᴴ
-    rotated = {"none": [], "random": []}
-    for i, (name, f) in enumerate(zip(names, forms)):
-        J = np.asarray(jacobians[name], dtype=np.complex128)
-        nonnormal["none"].append(f.N)
-        rotated["none"].append(J - J0[i])  # = Q N Qᴴ up to rounding
-        Nr = random_strict_upper(len(f.lam), float(np.linalg.norm(f.N)), np.random.default_rng([seed, i]))
-        nonnormal["random"].append(Nr)
-        rotated["random"].append(f.Q @ Nr @ f.Q.conj().T)
+
+    def control_parts(control):
+        """Per boundary: the N used and Q N Qᴴ (built one control at a time: d x d complex each)."""
+        if control == "none":
+            nonnormal = [f.N for f in forms]
+            rotated = [np.asarray(jacobians[n], dtype=np.complex128) - J0[i] for i, n in enumerate(names)]
+            return nonnormal, rotated  # J - J₀ = Q N Qᴴ up to rounding
+        rngs = [np.random.default_rng([seed, i]) for i in range(len(names))]
+        nonnormal = [random_strict_upper(len(f.lam), float(np.linalg.norm(f.N)), r) for f, r in zip(forms, rngs)]
+        return nonnormal, [f.Q @ N @ f.Q.conj().T for f, N in zip(forms, nonnormal)]
 
     frames = []
     done: dict[float, pd.DataFrame] = {}
     for control in CONTROLS:
+        nonnormal, rotated = control_parts(control)
         for alpha in alphas:
             if alpha == 0 and alpha in done:  # α=0 removes N whichever N it is: the control equals `none`
                 frames.append(done[alpha].assign(control=control))
                 continue
-            mats = [J0[i] + alpha * rotated[control][i] for i in range(len(names))]  # J_b(α), (d, d) each
+            mats = (J0[i] + alpha * rotated[i] for i in range(len(names)))  # J_b(α), composed one at a time
             erank, log_norm = cumulative_erank(mats, variant)
             table = pd.DataFrame(
                 {
@@ -114,12 +116,12 @@ def schur_surgery(
                     "variant": variant,
                     "boundary": names,
                     "log_norm": log_norm,
-                    "nonnormal_fro": [float(np.linalg.norm(N)) for N in nonnormal[control]],
+                    "nonnormal_fro": [float(np.linalg.norm(N)) for N in nonnormal],
                 }
             )
             if boundary_metrics == "all" or (boundary_metrics == "own" and control == "none"):
                 rows = []
-                for f, N in zip(forms, nonnormal[control]):
+                for f, N in zip(forms, nonnormal):
                     T = np.diag(f.lam) + alpha * N  # unitarily similar to J_b(α): same metrics
                     U, s, Vh = np.linalg.svd(T)
                     dec = Decomposition(eigvals=f.lam, U=U, s=s, Vh=Vh)
@@ -129,6 +131,7 @@ def schur_surgery(
             if alpha == 0:
                 done[alpha] = table
             frames.append(table)
+        del nonnormal, rotated
     return pd.concat(frames, ignore_index=True)  # rows without per-boundary metrics get nan there
 
 

@@ -334,10 +334,8 @@ class Adapter:
         cache = PrefixKV(run.cache, wids)
         for j in range(layer, self.n_layers):
             h = self.call_block(j, h, ctx, cache)
-        logits = self.head(h)  # (W', r, V)
-        out = logits.new_empty(states.shape[0], logits.shape[-1])
-        out[index[valid]] = logits[valid]
-        return out
+        # back to the callers' row order before the (large) head, dropping the empty slots
+        return self.head(h[valid][torch.argsort(index[valid])])  # (m, V)
 
     @torch.no_grad()
     def patched_logits_full(self, input_ids: torch.Tensor, layer: int, position: int, state: torch.Tensor):

@@ -20,14 +20,31 @@ log = logging.getLogger("layergeom")
 
 
 def kl_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) = sum_v p_v (log p_v - log q_v) of the softmax distributions of (fp32) logits, natural log.
+    """KL(p || q) = sum_v p_v (log p_v - log q_v) of the softmax distributions of rows of (fp32) logits, nat."""
+    p = torch.softmax(p_logits.double(), dim=-1)
+    return kl_against(p_logits, p, q_logits[:, None, :])[:, 0]
 
-    The reduction runs in float64: in float32 the rounding of log p (about 1e-7 x |log p|, |log p| ~ 11 for a
-    50k vocabulary) leaves a floor of ~1e-6 nats, comparable to the KL of small patches.
+
+def kl_against(p_logits: torch.Tensor, p: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || q_j) for n patched distributions per clean one: p_logits (m, V) with p = softmax(p_logits) in
+    float64 (computed once per anchor), q_logits (m, n, V). Returns (m, n) float64.
+
+    With D = Q - P (logits), KL = log sum_v p_v e^{D_v} - sum_v p_v D_v: both terms are of the size of the
+    logit change, and log1p/expm1 avoid rounding near 1, so the difference keeps its precision for tiny
+    patches (log p - log q from log-softmaxes, each ~11 nats for a 50k vocabulary, leaves a floor of ~1e-6
+    nats in float32 and ~1e-15 in float64). The reduction runs in float64 (two batched dot products with
+    p); D is formed in fp32, exactly when the logits are close.
     """
-    lp = torch.log_softmax(p_logits.double(), dim=-1)
-    lq = torch.log_softmax(q_logits.double(), dim=-1)
-    return (lp.exp() * (lp - lq)).sum(-1)
+    D = (q_logits - p_logits[:, None, :]).double()  # (m, n, V)
+    pc = p[:, :, None]  # (m, V, 1)
+    total = p.sum(-1, keepdim=True)  # 1 up to rounding, divided out exactly
+    mean = torch.bmm(D, pc)[..., 0] / total  # sum_v p_v D_v
+    top = D.amax(-1, keepdim=True)
+    if float(top.max()) < 50:  # log1p/expm1: no rounding floor near 1 (e^D stays far from overflow)
+        lse = torch.log1p(torch.bmm(D.expm1_(), pc)[..., 0] / total)
+    else:  # a huge logit increase: shift by the largest D first
+        lse = top[..., 0] + torch.log(torch.bmm(D.sub_(top).exp_(), pc)[..., 0] / total)
+    return lse - mean
 
 
 def _by_window(windows: np.ndarray) -> dict[int, np.ndarray]:
@@ -86,11 +103,14 @@ def patched_kl(
             win.append(torch.full_like(p, i))
         idx = np.concatenate([i for _, i in chunk])
         run, clean, pos, win = adapter.stack_runs(runs), torch.cat(cleans), torch.cat(pos), torch.cat(win)
+        p = torch.softmax(clean.double(), dim=-1)  # once per anchor, for every layer and variant
+        pos, win = pos.repeat_interleave(n_var), win.repeat_interleave(n_var)
         for l, states in patches.items():
-            s = torch.as_tensor(states[:, idx], device=device).reshape(n_var * len(idx), -1)  # (n_var*mc, d)
-            logits = adapter.resume(run, l + 1, s, pos.repeat(n_var), win.repeat(n_var))  # (n_var*mc, V)
-            kl = kl_from_logits(clean.repeat(n_var, 1), logits).reshape(n_var, len(idx))
-            out[l][:, idx] = kl.double().cpu().numpy()
+            # rows anchor-major: the variants of one anchor are consecutive
+            s = torch.as_tensor(states[:, idx], device=device).transpose(0, 1).reshape(len(idx) * n_var, -1)
+            logits = adapter.resume(run, l + 1, s, pos, win)  # (mc * n_var, V)
+            kl = kl_against(clean, p, logits.view(len(idx), n_var, -1))  # (mc, n_var)
+            out[l][:, idx] = kl.T.cpu().numpy()
         bar.update(len(chunk))
     bar.close()
     return out
