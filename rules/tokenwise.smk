@@ -19,6 +19,7 @@ rule tokenwise_fit:
     conda:
         "../envs/torch.yaml"
     threads: job_threads()
+    priority: 1  # the longest chain (fits -> KL -> summary): start it first
     resources:
         gpu=gpu_jobs(),
         mem_mb=3000,
@@ -43,6 +44,7 @@ rule tokenwise_kl:
     conda:
         "../envs/torch.yaml"
     threads: job_threads()
+    priority: 1  # the longest chain (fits -> KL -> summary): start it first
     resources:
         gpu=gpu_jobs(),
         mem_mb=4000,
