@@ -10,7 +10,7 @@ random tokens at a middle block. Then:
    per-anchor numpy/scipy loop in R^d (the references of tests/test_tokenwise_fits.py; the mlp has no
    numpy reference, its loop is the library called on one anchor at a time) on `loop-anchors` anchors,
    extrapolated per anchor; the predictions t must agree to 1e-5 (relative);
-2. KL: one clean pass per window + one batched resume per (window, layer) for all anchors and six
+2. KL: one clean pass per window + one resume per (chunk of windows, layer) for all anchors and six
    variants, against a full-sequence patched forward per (anchor, variant) (``patched_logits_full``),
    timed on a subset and extrapolated per patch; the KLs must agree to 1e-4 (relative);
 3. this machine's fp32 / fp64 GEMM rate, for context.
@@ -236,7 +236,7 @@ def main():
     res["kl"] = bench_kl(adapter, windows, args.kl_windows, args.slow_patches)
     print(json.dumps(res["kl"]), flush=True)
     kl = res["kl"]
-    # extrapolation to the default run: 64 windows, 512 anchors, six classes, all layers, per checkpoint
+    # extrapolation to the papers' settings: 512 anchors, six classes, all layers, per checkpoint
     per_patch = kl["fast_wall_s"] / kl["fast_patches"]
     res["extrapolated_default_run"] = {
         "kl_s_per_checkpoint": per_patch * 512 * 6 * args.layers,
@@ -287,7 +287,7 @@ def markdown(res) -> str:
         f"full re-run: {k['slow_wall_s_per_patch']:.2f} s/patch. Speed-up {k['speedup_wall']:.0f}x wall "
         f"({k['speedup_cpu']:.0f}x CPU); max relative KL difference {k['max_rel_diff_kl']:.1e}.",
         "",
-        "## Default run, extrapolated (64 windows x 128 tokens, 512 anchors, 6 classes)",
+        "## The papers' settings, extrapolated (64 windows x 128 tokens, 512 anchors, 6 classes)",
         "",
         f"KL {e['kl_s_per_layer']:.1f} s per layer ({e['kl_s_per_checkpoint'] / 60:.1f} min per checkpoint); "
         f"fits {e['fits_s_per_layer']:.1f} s per layer (plus ~4 s job start-up).",
