@@ -158,12 +158,21 @@ def tokenwise_runs():
 
 
 # ---- spectra stage -----------------------------------------------------------------------------------
+def per_model_rule(stage, model):
+    """Name of a stage's rule generated for one model (one job per checkpoint writing every boundary's file)."""
+    return f"{stage}_{re.sub(r'[^A-Za-z0-9_]', '_', model)}"
+
+
+def boundary_files(model, checkpoint, folder, ext):
+    return [f"results/{model}/{checkpoint}/{folder}/{b}.{ext}" for b in boundaries(model)]
+
+
 def spectra_jacobians(model, checkpoint, ext):
-    return [f"results/{model}/{checkpoint}/jacobians/{b}.{ext}" for b in boundaries(model)]
+    return boundary_files(model, checkpoint, "jacobians", ext)
 
 
 def topology_graphs(model, checkpoint, ext):
-    return [f"results/{model}/{checkpoint}/graphs/{b}.{ext}" for b in boundaries(model)]
+    return boundary_files(model, checkpoint, "graphs", ext)
 
 
 def spectra_inputs(wildcards):

@@ -11,7 +11,7 @@ for _m in MODELS:
 
     rule:
         name:
-            f"spectra_jacobians_{re.sub(r'[^A-Za-z0-9_]', '_', _m)}"
+            per_model_rule("spectra_jacobians", _m)
         input:
             weights=f"resources/models/{_m}/{{checkpoint}}/model.safetensors",
             activations=f"results/{_m}/{{checkpoint}}/activations",

@@ -16,7 +16,7 @@ for _m in MODELS:
 
     rule:
         name:
-            f"topology_graph_{re.sub(r'[^A-Za-z0-9_]', '_', _m)}"
+            per_model_rule("topology_graph", _m)
         input:
             activations=f"results/{_m}/{{checkpoint}}/activations",
         output:
@@ -44,7 +44,7 @@ rule topology_coupling:
     input:
         graphs=lambda wc: topology_graphs(wc.model, wc.checkpoint, "tsv"),
         sweeps=lambda wc: topology_graphs(wc.model, wc.checkpoint, "sweep.tsv"),
-        jacobians=lambda wc: [f"results/{wc.model}/{wc.checkpoint}/jacobians/{b}.npy" for b in boundaries(wc.model)],
+        jacobians=lambda wc: spectra_jacobians(wc.model, wc.checkpoint, "npy"),
         spectra="results/{model}/{checkpoint}/spectra.tsv",  # Henrici departures, computed once there
     output:
         table="results/{model}/{checkpoint}/coupling.tsv",

@@ -144,13 +144,13 @@ def boundary_topology(states, mask: np.ndarray | None, cfg: dict, seed: int) -> 
     return BoundaryTopology(nodes, edges, sweep, summary)
 
 
-def store_topology(store_dir, boundary: str, cfg: dict, seed: int) -> BoundaryTopology:
-    """``boundary_topology`` of one boundary of an activation store, over its non-BOS tokens."""
+def store_topology(store, boundary: str, cfg: dict, seed: int) -> BoundaryTopology:
+    """``boundary_topology`` of one boundary of an activation store (or its directory), over its non-BOS tokens."""
     from .store import ActivationStore
 
-    store = ActivationStore(store_dir)
+    store = store if isinstance(store, ActivationStore) else ActivationStore(store)
     if boundary not in store.boundaries:
-        raise LayergeomError(f"boundary {boundary} is not in the activation store {store_dir} ({store.boundaries})")
+        raise LayergeomError(f"boundary {boundary} is not in the activation store {store.path} ({store.boundaries})")
     return boundary_topology(store.states(boundary), store.nonbos, cfg, seed)
 
 
@@ -182,8 +182,10 @@ def write_topology(topo: BoundaryTopology, nodes_path, edges_path, sweep_path) -
 def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps) -> None:
     """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each."""
     from .runtime import progress
+    from .store import ActivationStore
 
     if not len(boundaries) == len(nodes) == len(edges) == len(sweeps):
         raise LayergeomError("one nodes, edges and sweep path per boundary")
+    store = ActivationStore(store_dir)  # opened once for all boundaries
     for b, n, e, s in progress(list(zip(boundaries, nodes, edges, sweeps)), desc="graphs", unit="boundary"):
-        write_topology(store_topology(store_dir, b, cfg, seed), n, e, s)
+        write_topology(store_topology(store, b, cfg, seed), n, e, s)
