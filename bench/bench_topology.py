@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from layergeom import config as lgconfig  # noqa: E402
-from layergeom.communities import participation, signed_leiden  # noqa: E402
-from layergeom.coupling import AMPLIFICATIONS, amplification, henrici, spearman_permutation  # noqa: E402
-from layergeom.graphs import streamed_correlation, topk_graph  # noqa: E402
+from layergeom.topology.communities import participation, signed_leiden  # noqa: E402
+from layergeom.topology.coupling import AMPLIFICATIONS, amplification, henrici, spearman_permutation  # noqa: E402
+from layergeom.topology.graphs import streamed_correlation, topk_graph  # noqa: E402
 
 
 def synthetic_states(path: Path, n: int, d: int, seed: int = 0, chunk: int = 2048) -> np.ndarray:

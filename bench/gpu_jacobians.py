@@ -27,9 +27,9 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from layergeom import jacobians as jac  # noqa: E402
 from layergeom.adapters import get_adapter  # noqa: E402
 from layergeom.models import build_random  # noqa: E402
+from layergeom.spectral import jacobians as jac  # noqa: E402
 
 START = time.perf_counter()
 

@@ -1,7 +1,7 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.plots.spectra import draw
+from layergeom.plots.spectral import draw
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

@@ -2,9 +2,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom import jacobians, models
+from layergeom import models
 from layergeom.adapters import get_adapter
 from layergeom.runtime import resolve_device
+from layergeom.spectral import jacobians
 from layergeom.store import ActivationStore
 from layergeom.workflow import job
 

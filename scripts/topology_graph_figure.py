@@ -1,8 +1,8 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.communities import read_tsv
 from layergeom.plots.topology import plot_community_graph, save
+from layergeom.topology.communities import read_tsv
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

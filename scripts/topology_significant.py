@@ -1,9 +1,9 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.communities import read_tsv, write_tsv
-from layergeom.coupling import significant_counts
 from layergeom.plots.topology import plot_significant_counts, save
+from layergeom.topology.communities import read_tsv, write_tsv
+from layergeom.topology.coupling import significant_counts
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

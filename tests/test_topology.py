@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from layergeom.communities import (
+from layergeom.config import load_schema
+from layergeom.topology.communities import (
     boundary_nodes,
     boundary_topology,
     participation,
@@ -16,8 +17,7 @@ from layergeom.communities import (
     write_topology,
     write_tsv,
 )
-from layergeom.config import load_schema
-from layergeom.coupling import (
+from layergeom.topology.coupling import (
     AMPLIFICATIONS,
     COUPLING_COLUMNS,
     amplification,
@@ -30,7 +30,7 @@ from layergeom.coupling import (
     spearman_permutation,
     sweep_table,
 )
-from layergeom.graphs import SignedGraph, correlation_graph, streamed_correlation, topk_graph
+from layergeom.topology.graphs import SignedGraph, correlation_graph, streamed_correlation, topk_graph
 
 
 def _defaults(**over):
@@ -315,7 +315,7 @@ def test_schema_defaults_are_the_methods_choices():
 
 
 def test_checkpoint_coupling_from_files_uses_the_spectra_henrici(tmp_path):
-    from layergeom.coupling import checkpoint_coupling
+    from layergeom.topology.coupling import checkpoint_coupling
 
     rng = np.random.default_rng(14)
     d, names = 25, ["L0.block", "L1.block", "L2.block"]

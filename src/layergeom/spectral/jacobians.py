@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 from torch.func import jacfwd, jacrev, vmap
 
-from .adapters import Adapter, Boundary
-from .runtime import LayergeomError, atomic_path, progress
+from ..adapters import Adapter, Boundary
+from ..runtime import LayergeomError, atomic_path, progress
 
 log = logging.getLogger("layergeom")
 

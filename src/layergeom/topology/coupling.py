@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .runtime import LayergeomError
-from .spectra import henrici_departure
+from ..runtime import LayergeomError
+from ..spectral.spectra import henrici_departure
 
 log = logging.getLogger("layergeom")
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from layergeom import jacobians as jac
 from layergeom.adapters import get_adapter
+from layergeom.spectral import jacobians as jac
 from layergeom.store import ActivationStore, dump_activations
 
 # transformers computes the RMSNorms of Llama, Gemma 3 and Mamba (and Mamba's SSM parameters) in float32

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .runtime import atomic_path
+from ..runtime import atomic_path
 
 METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "asymmetry", "erank", "part_ratio"]
 

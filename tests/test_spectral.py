@@ -8,7 +8,7 @@ import pytest
 import scipy.linalg
 import scipy.stats
 
-from layergeom import cumulative, schur, spectra
+from layergeom.spectral import cumulative, schur, spectra
 
 
 def rng(seed=0):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from layergeom import cumulative, schur, spectra
-from layergeom.plots import spectra as plots
+from layergeom.plots import spectral as plots
+from layergeom.spectral import cumulative, schur, spectra
 
 
 def test_draw_every_figure(tmp_path):

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from ..runtime import LayergeomError, atomic_path
 from .graphs import SignedGraph, correlation_graph
-from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
 
@@ -146,7 +146,7 @@ def boundary_topology(states, mask: np.ndarray | None, cfg: dict, seed: int) -> 
 
 def store_topology(store, boundary: str, cfg: dict, seed: int) -> BoundaryTopology:
     """``boundary_topology`` of one boundary of an activation store (or its directory), over its non-BOS tokens."""
-    from .store import ActivationStore
+    from ..store import ActivationStore
 
     store = store if isinstance(store, ActivationStore) else ActivationStore(store)
     if boundary not in store.boundaries:
@@ -181,8 +181,8 @@ def write_topology(topo: BoundaryTopology, nodes_path, edges_path, sweep_path) -
 
 def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps) -> None:
     """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each."""
-    from .runtime import progress
-    from .store import ActivationStore
+    from ..runtime import progress
+    from ..store import ActivationStore
 
     if not len(boundaries) == len(nodes) == len(edges) == len(sweeps):
         raise LayergeomError("one nodes, edges and sweep path per boundary")

@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from ..runtime import atomic_path  # noqa: E402
-from ..spectra import frac_complex  # noqa: E402
+from ..spectral.spectra import frac_complex  # noqa: E402
 
 KIND_STYLE = {"attn": "-", "mlp": "--", "block": ":"}
 GRADIENT_PANELS = [

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .runtime import LayergeomError
+from ..runtime import LayergeomError
 
 log = logging.getLogger("layergeom")
 
