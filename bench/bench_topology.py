@@ -88,7 +88,6 @@ def main():
     t0 = time.perf_counter()
     import igraph  # noqa: F401
     import leidenalg  # noqa: F401
-    import statsmodels.stats.multitest  # noqa: F401
 
     imports = time.perf_counter() - t0
     rows = [bench(d, args.tokens, cfg) | {"load_avg_1min_after": round(os.getloadavg()[0], 2)} for d in args.dims]

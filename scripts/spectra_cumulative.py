@@ -1,7 +1,7 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.spectral.cumulative import write_cumulative
+from layergeom.spectral.pipeline import write_cumulative
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

@@ -5,7 +5,7 @@ sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom import models
 from layergeom.adapters import get_adapter
 from layergeom.runtime import resolve_device
-from layergeom.spectral import jacobians
+from layergeom.spectral import pipeline
 from layergeom.store import ActivationStore
 from layergeom.workflow import job
 
@@ -14,7 +14,7 @@ cfg = sm.params.spectra
 with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
     model = models.load_model(Path(sm.input.weights).parent, device=resolve_device(sm.params.run["device"]))
     names = sm.params.boundaries
-    jacobians.boundary_jacobians(
+    pipeline.boundary_jacobians(
         get_adapter(model),
         ActivationStore(sm.input.activations),
         names,

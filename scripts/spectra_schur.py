@@ -1,7 +1,7 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.spectral.schur import write_schur
+from layergeom.spectral.pipeline import write_schur
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

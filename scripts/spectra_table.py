@@ -1,7 +1,7 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.spectral.spectra import write_spectra
+from layergeom.spectral.pipeline import write_spectra
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

@@ -1,8 +1,8 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.topology.communities import write_tsv
-from layergeom.topology.coupling import checkpoint_coupling
+from layergeom.io import write_tsv
+from layergeom.topology.pipeline import checkpoint_coupling
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

@@ -1,7 +1,7 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.topology.communities import run_topologies
+from layergeom.topology.pipeline import run_topologies
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from layergeom.io import write_tsv
 from layergeom.plots import spectral as plots
 from layergeom.spectral import cumulative, schur, spectra
 
@@ -31,7 +32,7 @@ def test_draw_every_figure(tmp_path):
         tables["eigenvalues"] = spectra.eigenvalue_table(decs)
         for fig, table in tables.items():
             path = tmp_path / f"{ck}_{fig}.tsv"
-            spectra.write_tsv(table, path)
+            write_tsv(table, path)
             inputs[fig].append(str(path))
     for fig, paths in inputs.items():
         png, pdf = tmp_path / f"{fig}.png", tmp_path / f"{fig}.pdf"

@@ -10,6 +10,7 @@ from conftest import tiny_model
 
 from layergeom.adapters import get_adapter
 from layergeom.spectral import jacobians as jac
+from layergeom.spectral import pipeline
 from layergeom.store import ActivationStore, dump_activations
 
 # transformers computes the RMSNorms of Llama, Gemma 3 and Mamba (and Mamba's SSM parameters) in float32
@@ -152,14 +153,14 @@ def test_boundary_jacobians_from_store(tmp_path, context):
     store = dump_activations(ad, windows, tmp_path / "acts", batch_size=4)
     names = [b.name for b in ad.boundaries]
     outs = {n: (tmp_path / "jac" / f"{n}.npy", tmp_path / "jac" / f"{n}.tsv") for n in names}
-    res = jac.boundary_jacobians(
+    res = pipeline.boundary_jacobians(
         ad, ActivationStore(tmp_path / "acts"), names, outs, n_samples=8, context=context, chunk_size=2
     )
     for n in names:
         J = np.load(outs[n][0])
         assert J.dtype == np.float64 and J.shape == (ad.d_model, ad.d_model)
         tab = pd.read_csv(outs[n][1], sep="\t")
-        assert list(tab.columns) == jac.SUMMARY_COLUMNS
+        assert list(tab.columns) == pipeline.SUMMARY_COLUMNS
         assert len(tab) == 5 and res[n].n_samples == 5  # fewer windows than n_samples: all of them
         assert (tab["position"] == 8).all() and list(tab["window"]) == [0, 1, 2, 3, 4]
         # independent recomputation from the captured stream of each window

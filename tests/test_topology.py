@@ -8,15 +8,8 @@ import pytest
 from scipy import stats
 
 from layergeom.config import load_schema
-from layergeom.topology.communities import (
-    boundary_nodes,
-    boundary_topology,
-    participation,
-    read_tsv,
-    signed_leiden,
-    write_topology,
-    write_tsv,
-)
+from layergeom.io import read_tsv, write_tsv
+from layergeom.topology.communities import boundary_nodes, boundary_topology, participation, signed_leiden
 from layergeom.topology.coupling import (
     AMPLIFICATIONS,
     COUPLING_COLUMNS,
@@ -31,6 +24,7 @@ from layergeom.topology.coupling import (
     sweep_table,
 )
 from layergeom.topology.graphs import SignedGraph, correlation_graph, streamed_correlation, topk_graph
+from layergeom.topology.pipeline import checkpoint_coupling, write_topology
 
 
 def _defaults(**over):
@@ -220,15 +214,10 @@ def test_permutation_p_value_is_uniform_under_the_null():
     assert stats.kstest(p, "uniform").pvalue > 1e-3
 
 
-def test_bh_matches_statsmodels_and_a_hand_computation():
-    from statsmodels.stats.multitest import multipletests
-
+def test_bh_matches_a_hand_computation():
     p = np.array([0.001, 0.008, 0.039, 0.041, 0.042, 0.06, 0.074, 0.205, np.nan, 0.9])
     reject, q = fdr_bh(p, 0.05)
     ok = np.isfinite(p)
-    sm_reject, sm_q, _, _ = multipletests(p[ok], alpha=0.05, method="fdr_bh")
-    np.testing.assert_allclose(q[ok], sm_q)
-    np.testing.assert_array_equal(reject[ok], sm_reject)
     assert np.isnan(q[~ok]).all() and not reject[~ok].any()
     # hand: q_(i) = min_{j >= i} m p_(j) / j over the sorted finite p-values, capped at 1
     pf = np.sort(p[ok])
@@ -315,7 +304,6 @@ def test_schema_defaults_are_the_methods_choices():
 
 
 def test_checkpoint_coupling_from_files_uses_the_spectra_henrici(tmp_path):
-    from layergeom.topology.coupling import checkpoint_coupling
 
     rng = np.random.default_rng(14)
     d, names = 25, ["L0.block", "L1.block", "L2.block"]

@@ -52,3 +52,16 @@ def warn_identical(records: list[dict]) -> list[str]:
     for w in out:
         log.warning(w)
     return out
+
+
+def checkpoint_table(records: list[dict]):
+    """checkpoints.tsv: one row per checkpoint with its weight hash and the first checkpoint it is identical to."""
+    import pandas as pd
+
+    cols = ["model", "checkpoint", "source", "revision", "weights_sha256"]
+    first: dict[str, str] = {}
+    rows = []
+    for r in records:
+        same = first.setdefault(r["weights_sha256"], r["checkpoint"])
+        rows.append({**{c: r.get(c) for c in cols}, "identical_to": same if same != r["checkpoint"] else ""})
+    return pd.DataFrame(rows, columns=[*cols, "identical_to"])

@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..names import FINAL, boundary_names  # noqa: F401  (re-exported)
+from ..names import FINAL, boundary_names, parse_boundary  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True, order=True)
@@ -35,8 +35,8 @@ class Boundary:
 
     @classmethod
     def parse(cls, name: str) -> Boundary:
-        layer, kind = name.split(".")
-        return cls(int(layer[1:]), {"attn": 0, "block": 0, "mlp": 1}[kind], kind)
+        layer, kind = parse_boundary(name)
+        return cls(layer, {"attn": 0, "block": 0, "mlp": 1}[kind], kind)
 
     def __str__(self) -> str:
         return self.name

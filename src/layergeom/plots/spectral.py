@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from ..runtime import atomic_path  # noqa: E402
+from ..io import read_tsv, save_figure  # noqa: E402
 from ..spectral.spectra import frac_complex  # noqa: E402
 
 KIND_STYLE = {"attn": "-", "mlp": "--", "block": ":"}
@@ -24,14 +24,6 @@ GRADIENT_PANELS = [
     ("frac_expansive", "fraction expansive |λ|>1", False),
     ("frac_complex", "fraction complex eigenvalues", False),
 ]
-
-
-def save(fig, *paths) -> None:
-    """Save one figure to every path (PNG, PDF) atomically, then close it."""
-    for path in paths:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=str(path).rsplit(".", 1)[-1], dpi=200, bbox_inches="tight")
-    plt.close(fig)
 
 
 def checkpoint_colours(names) -> dict[str, tuple]:
@@ -172,7 +164,7 @@ def plot_schur(tables: dict[str, pd.DataFrame], title: str):
 
 def draw(figure: str, inputs: list[str], settings: dict, png: str, pdf: str) -> None:
     """Read one model's tables (one per checkpoint, in config order) and write one figure as PNG and PDF."""
-    tables = {ck: pd.read_csv(p, sep="\t") for ck, p in zip(settings["checkpoints"], inputs)}
+    tables = {ck: read_tsv(p) for ck, p in zip(settings["checkpoints"], inputs)}
     title = settings.get("label") or settings["model"]
     cfg = settings["spectra"]
     if figure == "eigenvalues":
@@ -186,4 +178,4 @@ def draw(figure: str, inputs: list[str], settings: dict, png: str, pdf: str) -> 
         fig = plot_schur(tables, title)
     else:
         raise ValueError(f"unknown spectra figure '{figure}'")
-    save(fig, png, pdf)
+    save_figure(fig, png, pdf)

@@ -14,22 +14,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..runtime import atomic_path  # noqa: E402
+from ..io import read_tsv, save_figure  # noqa: E402
 
 CLASS_ORDER = ["diag", "lowrank", "orthogonal", "mlp", "global", "identity"]
 CLASS_COLOURS = dict(zip(CLASS_ORDER, plt.get_cmap("tab10").colors))
-
-
-def save(fig, *paths) -> None:
-    """Save one figure to every path (PNG, PDF) atomically, then close it."""
-    for path in paths:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=str(path).rsplit(".", 1)[-1], dpi=150, bbox_inches="tight")
-    plt.close(fig)
-
-
-def read_tsv(path) -> pd.DataFrame:
-    return pd.read_csv(path, sep="\t", na_values=["nan"], keep_default_na=False)
 
 
 def _classes(tables: dict[str, pd.DataFrame], skip=()) -> list[str]:
@@ -259,4 +247,4 @@ def make_figures(
         "energy_rank": plot_energy_rank(summ, labels),
     }
     for name, fig in figs.items():
-        save(fig, outputs[name], outputs[f"{name}_pdf"])
+        save_figure(fig, outputs[name], outputs[f"{name}_pdf"])

@@ -13,17 +13,7 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ..runtime import atomic_path  # noqa: E402
-
 N_COLOURED = 10  # the largest communities get their own colour, the rest are grey
-
-
-def save(fig, *paths) -> None:
-    """Save one figure to every path (PNG, PDF, ...) atomically, then close it."""
-    for path in paths:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=str(path).rsplit(".", 1)[-1], dpi=200, bbox_inches="tight")
-    plt.close(fig)
 
 
 def graph_layout(n_nodes: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarray, seed: int = 0) -> np.ndarray:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from .spectra import effective_rank, read_jacobians, write_tsv
+from .spectra import effective_rank
 
 VARIANTS = ("update", "full")
 
@@ -71,10 +71,3 @@ def cumulative_table(jacobians: dict[str, np.ndarray], variants: Iterable[str] =
             )
         )
     return pd.concat(frames, ignore_index=True)
-
-
-def write_cumulative(names: list[str], npy_paths: list, out_tsv, variants: Iterable[str] = VARIANTS) -> pd.DataFrame:
-    """cumulative.tsv from the per-boundary J̄_b files, composed in the given (depth) order."""
-    table = cumulative_table(read_jacobians(names, npy_paths), variants)
-    write_tsv(table, out_tsv)
-    return table

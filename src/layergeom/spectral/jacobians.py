@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,12 +22,11 @@ import torch
 from torch.func import jacfwd, jacrev, vmap
 
 from ..adapters import Adapter, Boundary
-from ..runtime import LayergeomError, atomic_path, progress
+from ..runtime import LayergeomError
 
 log = logging.getLogger("layergeom")
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-SUMMARY_COLUMNS = ["sample", "window", "position", "x_norm", "fro_norm", "trace", "asymmetry", "spectral_norm"]
 
 
 def _parse(b: Boundary | str) -> Boundary:
@@ -152,64 +150,3 @@ def mean_jacobian(
         parts.append(s)
     summaries = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     return (total / N).cpu().numpy(), summaries
-
-
-def boundary_jacobians(
-    adapter: Adapter,
-    store,
-    boundaries: list[str],
-    outputs: dict[str, tuple[str | Path, str | Path]],
-    *,
-    n_samples: int = 256,
-    context: str = "isolated",
-    chunk_size: int = 16,
-    autodiff: str = "rev",
-    spectral_norm: bool = False,
-    dtype: str = "float32",
-    seed: int = 0,
-) -> dict[str, MeanJacobian]:
-    """Mean Jacobians of several boundaries from an activation store; writes {boundary}.npy and .tsv each.
-
-    outputs maps a boundary name to (npy path, tsv path). The .npy holds J̄_b (d×d, float64); the .tsv one
-    row per sample (window, position, state norm, Frobenius norm, trace, asymmetry, optional σ1).
-    """
-    if context not in ("isolated", "in_context"):
-        raise LayergeomError(f"spectra.context: '{context}' is not one of isolated, in_context")
-    torch_dtype = DTYPES[dtype]
-    if torch_dtype != next(adapter.model.parameters()).dtype:
-        adapter.model.to(torch_dtype)
-    T = store.window_tokens
-    rows = sample_rows(store.n_windows, T, n_samples, seed)  # (N,)
-    windows, positions = store.index[rows, 0], store.index[rows, 1]
-    if len(rows) < n_samples:
-        log.info("only %d windows: using %d samples instead of %d", store.n_windows, len(rows), n_samples)
-    results = {}
-    for name in progress(boundaries, desc="jacobians", unit="boundary"):
-        if name not in store.names:
-            raise LayergeomError(f"boundary {name} is not in the activation store {store.path}")
-        states = store.states(name)
-        x = torch.from_numpy(np.ascontiguousarray(states[rows]))  # (N, d)
-        prefix = None
-        if context == "in_context":
-            before = rows[:, None] - np.arange(T - 1, 0, -1)  # (N, T-1): positions 0 .. T-2 of each window
-            prefix = torch.from_numpy(np.ascontiguousarray(states[before.ravel()]).reshape(len(rows), T - 1, -1))
-        mean, summ = mean_jacobian(
-            adapter,
-            name,
-            x,
-            prefix,
-            chunk_size=chunk_size,
-            mode=autodiff,
-            spectral_norm=spectral_norm,
-            dtype=torch_dtype,
-        )
-        table = pd.DataFrame({"sample": np.arange(len(rows)), "window": windows, "position": positions, **summ})
-        npy, tsv = outputs[name]
-        with atomic_path(npy) as tmp:
-            with open(tmp, "wb") as fh:
-                np.save(fh, mean)
-        with atomic_path(tsv) as tmp:
-            table[SUMMARY_COLUMNS].to_csv(tmp, sep="\t", index=False, na_rep="nan")
-        log.info("%s: J̄ over %d samples, ‖J̄‖_F = %.4g", name, len(rows), np.linalg.norm(mean))
-        results[name] = MeanJacobian(name, mean, table, len(rows))
-    return results

@@ -18,7 +18,7 @@ import pandas as pd
 import scipy.linalg
 
 from .cumulative import cumulative_erank
-from .spectra import Decomposition, read_jacobians, spectral_metrics, write_tsv
+from .spectra import Decomposition, spectral_metrics
 
 CONTROLS = ("none", "random")
 
@@ -133,10 +133,3 @@ def schur_surgery(
             frames.append(table)
         del nonnormal, rotated
     return pd.concat(frames, ignore_index=True)  # rows without per-boundary metrics get nan there
-
-
-def write_schur(names: list[str], npy_paths: list, out_tsv, **kwargs) -> pd.DataFrame:
-    """schur.tsv from the per-boundary J̄_b files, composed in the given (depth) order."""
-    table = schur_surgery(read_jacobians(names, npy_paths), **kwargs)
-    write_tsv(table, out_tsv)
-    return table

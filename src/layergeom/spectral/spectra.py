@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..runtime import atomic_path
+from ..names import parse_boundary
 
 METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "asymmetry", "erank", "part_ratio"]
 
@@ -128,13 +128,13 @@ def spectra_table(
     decompositions = {} if decompositions is None else decompositions
     rows = []
     for name, J in jacobians.items():
-        layer, kind = name.split(".")
+        layer, kind = parse_boundary(name)
         dec = decompositions.get(name) or decompose(J)
         decompositions[name] = dec
         rows.append(
             {
                 "boundary": name,
-                "layer": int(layer[1:]),
+                "layer": layer,
                 "kind": kind,
                 "n_samples": int(n_samples[name]),
                 **spectral_metrics(J, sr_k=sr_k, complex_tol=complex_tol, dec=dec),
@@ -156,29 +156,3 @@ def eigenvalue_table(decompositions: dict[str, Decomposition]) -> pd.DataFrame:
             )
         )
     return pd.concat(frames, ignore_index=True)
-
-
-def write_tsv(df: pd.DataFrame, path) -> None:
-    """One header line, tab-separated, `nan` for undefined values, written atomically."""
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, sep="\t", index=False, na_rep="nan")
-
-
-# ---- files at the edges -----------------------------------------------------------------------
-def read_jacobians(names: list[str], paths: list) -> dict[str, np.ndarray]:
-    """The mean Jacobians J̄_b (float64 d×d .npy files), keyed by boundary in the given (depth) order."""
-    return {n: np.load(p).astype(np.float64, copy=False) for n, p in zip(names, paths)}
-
-
-def write_spectra(
-    names: list[str], npy_paths: list, tsv_paths: list, out_tsv, out_eigenvalues=None, **kwargs
-) -> pd.DataFrame:
-    """spectra.tsv from the per-boundary J̄_b files (n_samples = rows of each sample table); also the eigenvalues."""
-    jac = read_jacobians(names, npy_paths)
-    n_samples = {n: len(pd.read_csv(p, sep="\t")) for n, p in zip(names, tsv_paths)}
-    decs: dict[str, Decomposition] = {}
-    table = spectra_table(jac, n_samples, decompositions=decs, **kwargs)
-    write_tsv(table, out_tsv)
-    if out_eigenvalues is not None:
-        write_tsv(eigenvalue_table(decs), out_eigenvalues)
-    return table

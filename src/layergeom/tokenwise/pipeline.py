@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import numpy as np
 
+from ..io import read_tsv, write_tsv
 from ..runtime import LayergeomError, atomic_path
 from ..store import ActivationStore
 
@@ -53,12 +53,6 @@ def anchor_rows(store: ActivationStore, cfg: dict, seed: int) -> np.ndarray:
     from .neighbours import sample_anchors
 
     return sample_anchors(np.flatnonzero(store.nonbos), cfg["n_anchors"], seed)
-
-
-def write_tsv(path, table) -> None:
-    """A pandas table as TSV (one header line, tabs, `nan`), written atomically."""
-    with atomic_path(path) as tmp:
-        table.to_csv(tmp, sep="\t", index=False, na_rep="nan", float_format="%.8g")
 
 
 # ---- rule tokenwise_fit ---------------------------------------------------------------------------
@@ -143,7 +137,7 @@ def fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str = "c
 def run_fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str, out_table, out_patches) -> None:
     """Rule entry point: :func:`fit_layer` and write both outputs."""
     table, patches = fit_layer(activations, layer, cfg, seed=seed, device=device)
-    write_tsv(out_table, table)
+    write_tsv(table, out_table)
     with atomic_path(out_patches) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **patches)
@@ -201,7 +195,7 @@ def kl_checkpoint(
 
 
 def run_kl_checkpoint(model_dir, activations, patch_files, *, device: str, out, batch_rows: int = 256) -> None:
-    write_tsv(out, kl_checkpoint(model_dir, activations, patch_files, device=device, batch_rows=batch_rows))
+    write_tsv(kl_checkpoint(model_dir, activations, patch_files, device=device, batch_rows=batch_rows), out)
 
 
 # ---- rule tokenwise_summary ---------------------------------------------------------------------------
@@ -262,15 +256,7 @@ def summarise(tables: list, kl, cfg: dict, *, seed: int) -> tuple:
 
 
 def run_summarise(tables, kl, cfg: dict, *, seed: int, out_summary, out_anchors, out_pooled) -> None:
-    import pandas as pd
-
-    read = lambda p: pd.read_csv(p, sep="\t", na_values=["nan"], keep_default_na=False)  # noqa: E731
-    summary, anchors, pooled = summarise([read(p) for p in tables], read(kl), cfg, seed=seed)
-    write_tsv(out_summary, summary)
-    write_tsv(out_anchors, anchors)
-    write_tsv(out_pooled, pooled)
-
-
-def layer_of(path) -> int:
-    """The layer of a per-layer file name ``L{layer}.tsv`` / ``L{layer}.patches.npz``."""
-    return int(Path(path).name.split(".")[0][1:])
+    summary, anchors, pooled = summarise([read_tsv(p) for p in tables], read_tsv(kl), cfg, seed=seed)
+    write_tsv(summary, out_summary)
+    write_tsv(anchors, out_anchors)
+    write_tsv(pooled, out_pooled)

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from ..runtime import LayergeomError, atomic_path
 from .graphs import SignedGraph, correlation_graph
 
 log = logging.getLogger("layergeom")
@@ -142,50 +140,3 @@ def boundary_topology(states, mask: np.ndarray | None, cfg: dict, seed: int) -> 
     }
     log.info("graph: %s", summary)
     return BoundaryTopology(nodes, edges, sweep, summary)
-
-
-def store_topology(store, boundary: str, cfg: dict, seed: int) -> BoundaryTopology:
-    """``boundary_topology`` of one boundary of an activation store (or its directory), over its non-BOS tokens."""
-    from ..store import ActivationStore
-
-    store = store if isinstance(store, ActivationStore) else ActivationStore(store)
-    if boundary not in store.boundaries:
-        raise LayergeomError(f"boundary {boundary} is not in the activation store {store.path} ({store.boundaries})")
-    return boundary_topology(store.states(boundary), store.nonbos, cfg, seed)
-
-
-def write_tsv(df: pd.DataFrame, path: str | Path) -> None:
-    """Write a table as TSV (header, tabs, `nan`, booleans as true/false), atomically."""
-    out = df.copy()
-    for col in out.columns:
-        if out[col].dtype == bool:
-            out[col] = np.where(out[col], "true", "false")
-    with atomic_path(path) as tmp:
-        out.to_csv(tmp, sep="\t", index=False, na_rep="nan", float_format="%.10g")
-
-
-def read_tsv(path: str | Path) -> pd.DataFrame:
-    """Read a TSV written by ``write_tsv`` (true/false back to booleans)."""
-    df = pd.read_csv(path, sep="\t", na_values=["nan"], keep_default_na=False)
-    for col in df.columns:
-        if df[col].dtype == object and set(df[col].dropna().unique()) <= {"true", "false"} and len(df):
-            df[col] = df[col] == "true"
-    return df
-
-
-def write_topology(topo: BoundaryTopology, nodes_path, edges_path, sweep_path) -> None:
-    write_tsv(topo.nodes, nodes_path)
-    write_tsv(topo.edges, edges_path)
-    write_tsv(topo.sweep, sweep_path)
-
-
-def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps) -> None:
-    """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each."""
-    from ..runtime import progress
-    from ..store import ActivationStore
-
-    if not len(boundaries) == len(nodes) == len(edges) == len(sweeps):
-        raise LayergeomError("one nodes, edges and sweep path per boundary")
-    store = ActivationStore(store_dir)  # opened once for all boundaries
-    for b, n, e, s in progress(list(zip(boundaries, nodes, edges, sweeps)), desc="graphs", unit="boundary"):
-        write_topology(store_topology(store, b, cfg, seed), n, e, s)

@@ -10,12 +10,13 @@ median Henrici departure of the checkpoint).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..names import parse_boundary
 from ..runtime import LayergeomError
 from ..spectral.spectra import henrici_departure
 
@@ -74,27 +75,19 @@ def spearman_permutation(x: np.ndarray, y: np.ndarray, n_permutations: int, rng)
 
 
 def fdr_bh(p: np.ndarray, q: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """Benjamini-Hochberg across the finite p-values (statsmodels fdr_bh); NaN p gives NaN q, not significant."""
+    """Benjamini-Hochberg q-values across the finite p-values (scipy); NaN p gives NaN q, not significant."""
     p = np.asarray(p, dtype=np.float64)
     ok = np.isfinite(p)
-    reject = np.zeros(p.shape, dtype=bool)
     qval = np.full(p.shape, np.nan)
     if ok.any():
-        from statsmodels.stats.multitest import multipletests
-
-        reject[ok], qval[ok], _, _ = multipletests(p[ok], alpha=q, method="fdr_bh")
-    return reject, qval
-
-
-def _parse(boundary: str) -> tuple[int, str]:
-    layer, kind = boundary.split(".")
-    return int(layer[1:]), kind
+        qval[ok] = stats.false_discovery_control(p[ok], method="bh")
+    return np.where(ok, qval <= q, False), qval
 
 
 def coupling_rows(
     participations: dict[str, np.ndarray],
     boundary_flags: dict[str, np.ndarray],
-    jacobians: dict[str, np.ndarray],
+    jacobians: Mapping[str, np.ndarray],
     n_permutations: int,
     seed: int,
     henrici_values: dict[str, float] | None = None,
@@ -106,13 +99,12 @@ def coupling_rows(
     """
     rows = []
     for bi, (b, p) in enumerate(participations.items()):
-        J = jacobians[b]
-        J = np.load(J) if isinstance(J, str | Path) else np.asarray(J)
+        J = np.asarray(jacobians[b])
         if J.shape != (len(p), len(p)):
             raise LayergeomError(f"{b}: Jacobian shape {J.shape} does not match the graph's {len(p)} nodes")
         if not np.isfinite(J).all():
             raise LayergeomError(f"{b}: the mean Jacobian has non-finite entries")
-        layer, kind = _parse(b)
+        layer, kind = parse_boundary(b)
         h = henrici(J) if henrici_values is None else float(henrici_values[b])
         row = {"boundary": b, "layer": layer, "kind": kind, "henrici": h}
         for vi, variant in enumerate(AMPLIFICATIONS):
@@ -154,7 +146,7 @@ COUPLING_COLUMNS = ["boundary", "layer", "kind", "n_communities", "rho", "p_valu
 
 def coupling_table(
     graphs: dict[str, pd.DataFrame],
-    jacobians: dict[str, np.ndarray | str | Path],
+    jacobians: Mapping[str, np.ndarray],
     cfg: dict,
     seed: int,
     henrici_values: dict[str, float] | None = None,
@@ -187,7 +179,7 @@ def coupling_table(
 
 def sweep_table(
     sweeps: dict[str, pd.DataFrame],
-    jacobians: dict[str, np.ndarray | str | Path],
+    jacobians: Mapping[str, np.ndarray],
     cfg: dict,
     seed: int,
 ) -> pd.DataFrame:
@@ -198,13 +190,12 @@ def sweep_table(
         sub = {b: s[s["gamma"] == gamma].sort_values("node") for b, s in sweeps.items()}
         rows = []
         for bi, (b, g) in enumerate(sub.items()):
-            J = jacobians[b]
-            J = np.load(J) if isinstance(J, str | Path) else np.asarray(J)
+            J = np.asarray(jacobians[b])
             rng = np.random.default_rng([seed, bi, AMPLIFICATIONS.index(v)])
             rho, pval, n = spearman_permutation(
                 g["participation"].to_numpy(dtype=np.float64), amplification(J, v), cfg["n_permutations"], rng
             )
-            layer, kind = _parse(b)
+            layer, kind = parse_boundary(b)
             rows.append(
                 {"gamma": gamma, "boundary": b, "layer": layer, "kind": kind,
                  "n_communities": int(g["community"].max()) + 1, "rho": rho, "p_value": pval, "n_units": n}
@@ -225,24 +216,6 @@ def sweep_table(
         "n_units",
     ]
     return pd.concat(tables, ignore_index=True)[cols]
-
-
-def checkpoint_coupling(boundaries, graph_paths, sweep_paths, jacobian_paths, spectra_path, cfg: dict, seed: int):
-    """coupling.tsv, its operator-type summary and the resolution sweep of one model checkpoint, from files.
-
-    The Henrici departures come from the spectra stage's table (column ``henrici``), computed there once.
-    """
-    from .communities import read_tsv
-
-    spectra = read_tsv(spectra_path).set_index("boundary")["henrici"]
-    missing = sorted(set(boundaries) - set(spectra.index))
-    if missing:
-        raise LayergeomError(f"{spectra_path} has no henrici for {missing}")
-    graphs = {b: read_tsv(p) for b, p in zip(boundaries, graph_paths)}
-    jacobians = dict(zip(boundaries, map(str, jacobian_paths)))
-    table = coupling_table(graphs, jacobians, cfg, seed, henrici_values=spectra.to_dict())
-    sweeps = {b: read_tsv(p) for b, p in zip(boundaries, sweep_paths)}
-    return table, operator_summary(table), sweep_table(sweeps, jacobians, cfg, seed)
 
 
 def operator_summary(table: pd.DataFrame) -> pd.DataFrame:
