@@ -371,3 +371,4 @@ def test_import_scan_sees_through_layergeom_modules():
     imports, unresolved = third_party_imports(ROOT / "scripts" / "activations.py")
     assert not unresolved
     assert "torch" in imports and any("runtime.py" in w for w in imports["torch"])
+

@@ -8,6 +8,7 @@ The maths modules return arrays and DataFrames; the ``pipeline`` modules call th
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from .runtime import atomic_path
+
+log = logging.getLogger("layergeom")
 
 #: resolution of every PNG figure
 FIGURE_DPI = 150
@@ -50,10 +53,53 @@ def save_npy(array: np.ndarray, path: str | os.PathLike) -> None:
         np.save(fh, array)
 
 
+def drawn_texts(fig) -> list:
+    """Every non-empty text a render of ``fig`` draws, with its extent in display pixels: (Text, Bbox) pairs.
+
+    Tick labels count only for the ticks the axis draws (matplotlib keeps spare Tick objects whose stale
+    labels are never rendered).
+    """
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    spare = set()
+    for ax in fig.get_axes():
+        for axis in ax._axis_map.values():
+            drawn = {id(t) for tick in axis._update_ticks() for t in (tick.label1, tick.label2) if t.get_visible()}
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                spare |= {id(t) for t in (tick.label1, tick.label2) if id(t) not in drawn}
+    out = []
+    for t in fig.findobj(Text):
+        if id(t) in spare or not t.get_visible() or not t.get_text().strip():
+            continue
+        bb = t.get_window_extent(renderer)
+        if bb.width > 0 and bb.height > 0:
+            out.append((t, bb))
+    return out
+
+
+def overlapping_texts(fig, tol_px: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of drawn texts whose extents overlap by more than tol_px pixels in both directions."""
+    texts = drawn_texts(fig)
+    if len(texts) < 2:
+        return []
+    box = np.array([[b.x0, b.y0, b.x1, b.y1] for _, b in texts])  # (n, 4)
+    w = np.minimum(box[:, None, 2], box[None, :, 2]) - np.maximum(box[:, None, 0], box[None, :, 0])  # (n, n)
+    h = np.minimum(box[:, None, 3], box[None, :, 3]) - np.maximum(box[:, None, 1], box[None, :, 1])
+    i, j = np.nonzero(np.triu((w > tol_px) & (h > tol_px), 1))
+    return [(texts[a][0].get_text(), texts[b][0].get_text()) for a, b in zip(i, j)]
+
+
 def save_figure(fig, *paths: str | os.PathLike) -> None:
-    """Save one matplotlib figure to every path (format from the suffix: PNG, PDF) atomically, then close it."""
+    """Save one matplotlib figure to every path (format from the suffix: PNG, PDF) atomically, then close it.
+
+    Texts that overlap once drawn (labels running into each other) are logged as a warning naming them.
+    """
     import matplotlib.pyplot as plt
 
+    for a, b in overlapping_texts(fig):
+        log.warning("figure %s: overlapping text %r and %r", Path(paths[0]).name, a, b)
     for path in paths:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=str(path).rsplit(".", 1)[-1], dpi=FIGURE_DPI, bbox_inches="tight")

@@ -6,6 +6,8 @@ models of different depth share an axis. Inputs are the tables of ``layergeom.to
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -113,6 +115,9 @@ def plot_relerr(summaries: dict[str, pd.DataFrame], labels: dict):
     return fig
 
 
+ROW_INCHES = 2.7  # height of one run's row in the RelErr-KL figure
+
+
 def plot_relerr_kl(anchors: dict[str, pd.DataFrame], pooled: dict[str, pd.DataFrame], labels: dict):
     """Per-anchor RelErr vs KL (log-log), coloured by depth, pooled Spearman rho with its CI in each panel."""
     classes = _classes(anchors)
@@ -120,7 +125,7 @@ def plot_relerr_kl(anchors: dict[str, pd.DataFrame], pooled: dict[str, pd.DataFr
     fig, axes = plt.subplots(
         len(runs),
         len(classes),
-        figsize=(2.9 * len(classes) + 1, 2.7 * len(runs)),
+        figsize=(2.9 * len(classes) + 1, ROW_INCHES * len(runs)),
         squeeze=False,
         sharex=True,
         sharey=True,
@@ -159,8 +164,9 @@ def plot_relerr_kl(anchors: dict[str, pd.DataFrame], pooled: dict[str, pd.DataFr
                 ax.set_title(cls)
             if i == len(runs) - 1:
                 ax.set_xlabel("RelErr")
-            if j == 0:
-                ax.set_ylabel(f"{_run_label(run, labels)}\nKL (nats)", fontsize=9)
+            if j == 0:  # the run label wrapped to the row's height, so that rows never run into each other
+                label = textwrap.fill(_run_label(run, labels), width=int(ROW_INCHES * 72 / (0.6 * 9)))
+                ax.set_ylabel(f"{label}\nKL (nats)", fontsize=9)
     if sc is not None:
         fig.colorbar(sc, ax=axes, shrink=0.6, label="depth l / (L-1)")
     return fig
