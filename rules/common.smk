@@ -13,6 +13,7 @@ from snakemake.exceptions import WorkflowError
 
 from layergeom import config as lgconfig
 from layergeom.adapters import boundaries_for
+from layergeom.names import boundary_regex
 from layergeom.runtime import LayergeomError
 
 try:
@@ -34,7 +35,7 @@ for _m, _mc in config["models"].items():
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)) if MODELS else "$^",
     checkpoint="|".join(sorted({re.escape(c) for m in MODELS for c in config["models"][m]["checkpoints"]})),
-    boundary=r"L\d+\.(attn|mlp|block)",
+    boundary=boundary_regex(),
     layer=r"\d+",
     vocab=r"\d+",
 

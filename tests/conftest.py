@@ -1,4 +1,8 @@
-"""Shared fixtures: tiny random models of every family, built from config/test.yaml (one source of truth)."""
+"""Shared fixtures: tiny random models of every family and every model type the adapters list.
+
+The models of config/test.yaml (what the workflow runs) are one source; ``TINY_CONFIGS`` adds a tiny
+config for every other model type an adapter lists, so that the contract tests run over all of them.
+"""
 
 from __future__ import annotations
 
@@ -18,16 +22,79 @@ import yaml  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from layergeom.adapters import FAMILIES, get_adapter  # noqa: E402
+from layergeom.adapters import FAMILIES, MODEL_TYPES, adapter_class, get_adapter  # noqa: E402
 from layergeom.models import build_random  # noqa: E402
 
 TEST_CONFIG = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
-TINY = {m["family"]: m for m in TEST_CONFIG["models"].values()}
 
 
-def tiny_model(family: str, seed: int = 0, dtype=torch.float32):
-    """A tiny randomly initialised model of a family (vocab 512, 2 layers, d=32)."""
-    return build_random(family, TINY[family]["hf_config"], seed, dtype=dtype)
+def _model_type(m: dict) -> str:
+    return m["hf_config"].get("model_type") or adapter_class(m["family"]).model_types[0]
+
+
+# family -> its first model in config/test.yaml (the family's default tiny model)
+TINY: dict[str, dict] = {}
+for _m in TEST_CONFIG["models"].values():
+    TINY.setdefault(_m["family"], _m)
+
+# model type -> hf_config: config/test.yaml's models, then one tiny config for each other listed type
+_SMALL = dict(vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=64, max_position_embeddings=128)  # fmt: skip
+TINY_CONFIGS: dict[str, dict] = {_model_type(m): m["hf_config"] for m in TEST_CONFIG["models"].values()}
+for _t, _extra in {
+    # sliding-window layers where the type has them (window 8 < the 24-token test windows)
+    "qwen2": dict(use_sliding_window=True, sliding_window=8, max_window_layers=1),  # layer 1 sliding
+    "qwen3": dict(use_sliding_window=True, sliding_window=8, max_window_layers=1, head_dim=8),
+    "mistral": dict(sliding_window=8),  # one window over every layer
+    "olmo": {},
+    "olmo2": {},
+    # layer 1 without rotary positions (NoPE) and sliding; its default pad id lies outside a tiny vocabulary
+    "smollm3": dict(use_sliding_window=True, sliding_window=8, no_rope_layers=[1, 0], pad_token_id=0),
+    # the multimodal wrapper around a text decoder without per-layer inputs and with the MoE branch
+    "gemma4": dict(
+        text_config=dict(
+            _SMALL,
+            model_type="gemma4_text",
+            head_dim=8,
+            global_head_dim=16,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            hidden_size_per_layer_input=0,
+            enable_moe_block=True,
+            num_experts=4,
+            top_k_experts=2,
+            moe_intermediate_size=16,
+            final_logit_softcapping=30.0,
+        ),
+        vision_config=None,
+        audio_config=None,
+        image_token_id=7,  # a placeholder id inside the tiny vocabulary: replaced by the pad id on text
+    ),
+}.items():
+    if _t not in TINY_CONFIGS:
+        TINY_CONFIGS[_t] = dict(_extra, model_type=_t) if _t == "gemma4" else dict(_SMALL, model_type=_t, **_extra)
+
+MODEL_TYPE_LIST = sorted(MODEL_TYPES)
+
+
+def _perturb_scalars(model) -> None:
+    """Layer-scale buffers start at 1 in a random model: draw them so that folding them in is tested."""
+    g = torch.Generator().manual_seed(0)
+    for name, buf in model.named_buffers():
+        if name.endswith("layer_scalar"):
+            buf.copy_(0.5 + torch.rand(buf.shape, generator=g, dtype=torch.float64).to(buf.dtype))
+
+
+def tiny_model(family: str, seed: int = 0, dtype=torch.float32, model_type: str | None = None):
+    """A tiny randomly initialised model (vocab 512, 2-4 layers, d=32) of a family, or of one model type."""
+    if model_type is None:
+        return build_random(family, TINY[family]["hf_config"], seed, dtype=dtype)
+    if model_type not in TINY_CONFIGS:
+        raise KeyError(f"model type '{model_type}' has no tiny config in tests/conftest.py (TINY_CONFIGS)")
+    model = build_random(MODEL_TYPES[model_type], TINY_CONFIGS[model_type], seed, dtype=dtype)
+    with torch.no_grad():
+        _perturb_scalars(model)
+    return model
 
 
 @pytest.fixture(params=FAMILIES)
@@ -35,9 +102,19 @@ def family(request):
     return request.param
 
 
+@pytest.fixture(params=MODEL_TYPE_LIST)
+def model_type(request):
+    return request.param
+
+
 @pytest.fixture
 def tiny_adapter(family):
     return get_adapter(tiny_model(family))
+
+
+@pytest.fixture
+def type_adapter(model_type):
+    return get_adapter(tiny_model(MODEL_TYPES[model_type], model_type=model_type))
 
 
 @pytest.fixture

@@ -55,7 +55,9 @@ def dry_run(tmp_path_factory):
 
 def test_papers_models_and_checkpoints(papers):
     models = papers["models"]
-    assert {"pythia-160m", "pythia-1.4b", "mamba-370m", "distilgpt2", "llama-3.1-8b", "olmo-3-7b"} <= set(models)
+    paper_a = {"pythia-160m", "pythia-1.4b", "mamba-370m", "distilgpt2"}
+    assert paper_a | {"llama-3.1-8b", "olmo-3-7b", "gemma-4-e4b"} <= set(models)
+    assert models["gemma-4-e4b"]["id"] == "google/gemma-4-E4B" and models["gemma-4-e4b"]["family"] == "gemma4"
     assert papers["corpus"]["source"] == "wikitext-2-raw-v1" and papers["device"] == "auto"
     for name, m in models.items():
         assert m["source"] == "hub" and m["id"] and m["n_layers"] > 0, name
@@ -66,6 +68,7 @@ def test_papers_models_and_checkpoints(papers):
     assert pythia == sorted(pythia) and pythia[0] == 0 and pythia[-1] == 143000
     olmo = models["olmo-3-7b"]["checkpoints"]
     assert all(c["revision"].startswith("stage1-step") for k, c in olmo.items() if k != "init")
+    assert "stage1-step0" in olmo and len(olmo) == 4  # init and the three checkpoints of Paper B, step 0 included
 
 
 def test_papers_dag_fans_out_offline(papers, dry_run):

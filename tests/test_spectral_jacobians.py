@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from layergeom.adapters import get_adapter
+from layergeom.adapters import FAMILIES, adapter_class, get_adapter
 from layergeom.spectral import jacobians as jac
 from layergeom.spectral import pipeline
 from layergeom.store import ActivationStore, dump_activations
@@ -19,6 +19,13 @@ from layergeom.store import ActivationStore, dump_activations
 # length-1 softmax is exactly 1). GPT-2 runs in float64 throughout.
 FD = {"float64": (1e-3, 1e-8), "float32_inside": (2e-2, 1e-4)}  # (step, tolerance relative to max|J|)
 FLOAT32_INSIDE = {"isolated": {"llama", "gemma3", "mamba"}, "in_context": {"gpt_neox", "llama", "gemma3", "mamba"}}
+
+
+@pytest.fixture(params=[f for f in FAMILIES if not adapter_class(f).uses_tokens])
+def family(request):
+    """Families whose updates depend on the state alone; token-dependent ones (Gemma-4): the contract tests
+    in test_adapters.py (Jacobians == finite differences per model type) and the store test below."""
+    return request.param
 
 
 def fd_setting(family, context="isolated"):
@@ -172,3 +179,26 @@ def test_boundary_jacobians_from_store(tmp_path, context):
         np.testing.assert_allclose(J, ref.double().mean(0).numpy(), atol=2e-5 * float(ref.abs().max()))
         np.testing.assert_allclose(tab["x_norm"], cap[:, -1].double().norm(dim=-1).numpy(), rtol=1e-5)
     assert store.n_windows == 5
+
+
+@pytest.mark.parametrize("context", ["isolated", "in_context"])
+def test_token_dependent_jacobians_from_store(tmp_path, context):
+    """The store path passes each sample's token ids (Gemma-4: per-layer inputs, shared keys/values)."""
+    ad = get_adapter(tiny_model("gemma4"))
+    assert ad.uses_tokens
+    windows = torch.randint(0, 512, (4, 7), generator=torch.Generator().manual_seed(7)).numpy()
+    dump_activations(ad, windows, tmp_path / "acts", batch_size=4)
+    names = [b.name for b in ad.boundaries]
+    outs = {n: (tmp_path / "jac" / f"{n}.npy", tmp_path / "jac" / f"{n}.tsv") for n in names}
+    pipeline.boundary_jacobians(
+        ad, ActivationStore(tmp_path / "acts"), names, outs, n_samples=4, context=context, chunk_size=3
+    )
+    ids = torch.as_tensor(windows)
+    cap = ad.capture(ids)
+    for n in names:
+        J = np.load(outs[n][0])
+        if context == "isolated":  # independent recomputation, one sample at a time
+            ref = jac.naive_jacobians(ad, n, cap[n][:, -1], tokens=ids[:, -1])
+        else:
+            ref = jac.in_context_jacobians(ad, n, cap[n][:, :-1], cap[n][:, -1], tokens=ids)
+        np.testing.assert_allclose(J, ref.double().mean(0).numpy(), atol=2e-5 * float(ref.abs().max()) + 1e-12)

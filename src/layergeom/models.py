@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .adapters import adapter_class
+from .adapters import MODEL_TYPES, adapter_class
 from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
@@ -52,10 +52,19 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 # ---- building and loading -----------------------------------------------------------------------
 def build_random(family: str, hf_config: dict, seed: int, dtype=torch.float32):
-    """A randomly initialised model of a family from a config dict (tiny test models, ``init``)."""
+    """A randomly initialised model of a family from a config dict (tiny test models, ``init``).
+
+    ``hf_config['model_type']`` picks one of the family's model types (default: its first)."""
     from transformers import AutoConfig
 
-    model_type = adapter_class(family).model_types[0]
+    hf_config = dict(hf_config)
+    types = adapter_class(family).model_types
+    model_type = hf_config.pop("model_type", None) or types[0]
+    if model_type not in types:
+        raise LayergeomError(
+            f"hf_config.model_type '{model_type}' is not a {family} model type; the {family} adapter handles "
+            f"{', '.join(types)}"
+        )
     cfg = AutoConfig.for_model(model_type, **hf_config)
     return random_from_config(cfg, seed, dtype)
 
@@ -65,7 +74,10 @@ def random_from_config(cfg, seed: int, dtype=torch.float32):
 
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="eager")
+    # eager attention and experts: exact autodiff (forward mode, float64) through every model type
+    model = AutoModelForCausalLM.from_config(
+        cfg, dtype=dtype, attn_implementation="eager", experts_implementation="eager"
+    )
     return model.eval()
 
 
@@ -77,7 +89,12 @@ def load_model(path: str | os.PathLike, device: str = "cpu", dtype=torch.float32
     if not (path / WEIGHTS).exists():
         raise LayergeomError(f"no {WEIGHTS} in {path}: materialise the checkpoint first")
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, attn_implementation="eager", use_safetensors=True, local_files_only=True
+        path,
+        dtype=dtype,
+        attn_implementation="eager",
+        experts_implementation="eager",
+        use_safetensors=True,
+        local_files_only=True,
     )
     return model.to(device).eval()
 
@@ -99,8 +116,9 @@ def save_checkpoint(model, tokenizer, out_dir: Path, info: dict) -> dict:
     info = dict(info)
     info["weights_sha256"] = weights_sha256(model.state_dict())
     info["model_type"] = model.config.model_type
-    info["n_layers"] = int(model.config.num_hidden_layers)
-    info["d_model"] = int(model.config.hidden_size)
+    text = model.config.get_text_config()  # the decoder's settings (multimodal wrappers keep them apart)
+    info["n_layers"] = int(text.num_hidden_layers)
+    info["d_model"] = int(text.hidden_size)
     (out_dir / SOURCE_JSON).write_text(json.dumps(info, indent=2) + "\n")
     return info
 
@@ -222,16 +240,21 @@ def materialize(
             model, tok = _from_pretrained(str(gguf_path.parent), None, mcfg, gguf_file=gguf_path.name)
         else:  # the schema forbids this
             raise LayergeomError(f"unknown model source '{source}'")
-        fam = mcfg["family"]
-        if model.config.model_type not in adapter_class(fam).model_types:
+        fam, model_type = mcfg["family"], model.config.model_type
+        if model_type not in MODEL_TYPES:
             raise LayergeomError(
-                f"{model_name}: config says family '{fam}' but the weights are a '{model.config.model_type}' model"
+                f"{model_name}: no adapter handles model_type '{model_type}'; supported model types: "
+                f"{', '.join(f'{t} ({f})' for t, f in MODEL_TYPES.items())}. Nothing was written."
             )
-        n = int(mcfg.get("n_layers") or model.config.num_hidden_layers)
-        if n != model.config.num_hidden_layers:
+        if model_type not in adapter_class(fam).model_types:
             raise LayergeomError(
-                f"{model_name}: config says n_layers={n} but the model has {model.config.num_hidden_layers} layers"
+                f"{model_name}: config says family '{fam}' but the weights are a '{model_type}' model "
+                f"(family '{MODEL_TYPES[model_type]}')"
             )
+        n_hf = model.config.get_text_config().num_hidden_layers
+        n = int(mcfg.get("n_layers") or n_hf)
+        if n != n_hf:
+            raise LayergeomError(f"{model_name}: config says n_layers={n} but the model has {n_hf} layers")
         info = save_checkpoint(model, tok, tmp, info)
     log.info("materialised %s/%s (%s) sha256=%s", model_name, checkpoint, info["source"], info["weights_sha256"][:12])
     return info

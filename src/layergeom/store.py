@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .names import FINAL
+from .names import FINAL, KIND_ORDER
 from .runtime import LayergeomError, atomic_path, progress
 
 log = logging.getLogger("layergeom")
@@ -62,7 +62,7 @@ class ActivationStore:
 
     def block_inputs(self) -> list[str]:
         """Names of h_0 .. h_{L-1} (block inputs) followed by ``final`` = h_L: the Paper A transitions."""
-        firsts = [n for n in self.boundaries if n.endswith((".attn", ".block"))]
+        firsts = [n for n in self.boundaries if KIND_ORDER[n.split(".")[1]] == 0]
         return firsts + [FINAL]
 
     @property

@@ -5,10 +5,18 @@ Vocabulary (one for files, tables, figures and logs, like TransformerLens' hook 
 - ``L{l}.attn``  the state entering the attention sublayer of block ``l`` (the block input ``h_l``);
 - ``L{l}.mlp``   the state entering the MLP sublayer (``h_l + Attn_l``), sequential-residual blocks only;
 - ``L{l}.block`` the block input of a block with a single update (parallel residual, Mamba);
+- ``L{l}.pli``   the state entering a per-layer-input step (Gemma-4: after the MLP); its update also applies
+  the block's output scale, so that it ends the block;
 - ``final``      the output of the last block, before the final norm.
 
 A boundary names both a state and the sublayer update applied there: ``x_next = x + F_b(x)``.
 Module paths appear only inside the adapters; no other code names an architecture.
+
+Token ids are part of the contract: an update may depend on the token at its position as well as on the
+state (Gemma-4's per-layer token embeddings; keys and values shared from earlier layers). Every entry
+point takes them as an optional ``tokens`` argument (``update``, ``update_in_context``, ``sublayer``);
+capture and clean runs have them from their input ids, and a clean run keeps them for its resumes.
+Families whose updates do not depend on them ignore them; ``uses_tokens`` says which do.
 """
 
 from __future__ import annotations
@@ -20,14 +28,17 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..names import FINAL, boundary_names, parse_boundary  # noqa: F401  (re-exported)
+from ..names import FINAL, KIND_ORDER, boundary_names, parse_boundary  # noqa: F401  (re-exported)
+
+# transformers' attention layer types -> the short names used for masks and rotary tables
+HF_LAYER_TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
 
 
 @dataclass(frozen=True, order=True)
 class Boundary:
     layer: int
-    order: int  # position of the sublayer inside its block (attn 0, mlp 1)
-    kind: str  # "attn" | "mlp" | "block"
+    order: int  # position of the sublayer inside its block (attn/block 0, mlp 1, pli 2)
+    kind: str  # one of names.KINDS
 
     @property
     def name(self) -> str:
@@ -36,7 +47,9 @@ class Boundary:
     @classmethod
     def parse(cls, name: str) -> Boundary:
         layer, kind = parse_boundary(name)
-        return cls(layer, {"attn": 0, "block": 0, "mlp": 1}[kind], kind)
+        if kind not in KIND_ORDER:
+            raise ValueError(f"boundary '{name}': unknown kind '{kind}' (known: {', '.join(KIND_ORDER)})")
+        return cls(layer, KIND_ORDER[kind], kind)
 
     def __str__(self) -> str:
         return self.name
@@ -49,6 +62,8 @@ class Context:
     positions: torch.Tensor  # (B, Tq) long
     masks: dict = field(default_factory=dict)  # layer type -> (B, 1, Tq, S) additive float mask
     rope: dict = field(default_factory=dict)  # layer type -> (cos, sin)
+    tokens: torch.Tensor | None = None  # (B, Tq) token ids of the queries, where known
+    extra: dict = field(default_factory=dict)  # family-specific per-call state (e.g. shared keys/values)
 
 
 class RecordingKV:
@@ -108,6 +123,7 @@ class CleanRun:
     states: list[torch.Tensor]  # block inputs h_0 .. h_{L-1} and the final state, each (T, d) or (W, T, d)
     cache: object  # family-specific prefix cache (keys/values (W, heads, T, dh), or recurrent states)
     positions: torch.Tensor | None = None  # positions the cache was prepared for (recurrent models)
+    ids: torch.Tensor | None = None  # (W, T) token ids of the window(s), for token-dependent updates
 
     @property
     def tokens(self) -> int:
@@ -135,6 +151,7 @@ class Adapter:
     family: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
     kinds: ClassVar[tuple[str, ...]] = ("attn", "mlp")
+    uses_tokens: ClassVar[bool] = False  # whether some update depends on the token ids (then pass them)
 
     def __init__(self, model: nn.Module):
         model_type = getattr(model.config, "model_type", None)
@@ -142,6 +159,7 @@ class Adapter:
             raise ValueError(f"the {self.family} adapter handles model types {self.model_types}, got '{model_type}'")
         self.model = model.eval()
         self.config = model.config
+        self.text_config = model.config.get_text_config()  # the decoder's settings (multimodal wrappers)
         self.check_config()
 
     # ---- facts ---------------------------------------------------------------------------------
@@ -154,7 +172,7 @@ class Adapter:
 
     @property
     def d_model(self) -> int:
-        return int(self.config.hidden_size)
+        return int(self.text_config.hidden_size)
 
     @property
     def device(self) -> torch.device:
@@ -187,11 +205,26 @@ class Adapter:
         """A module whose input is the ``L{j}.mlp`` state (None where the block has one update)."""
         return None
 
-    def sublayer(self, b: Boundary, x: torch.Tensor, ctx: Context | None) -> torch.Tensor:
-        """The update ``F_b(x)`` of boundary b on a sequence x (B, T, d); ctx None means T=1, no context."""
+    def capture_points(self, j: int) -> dict[str, nn.Module]:
+        """Kind -> a module of block j whose first input is the state at ``L{j}.kind``, for the kinds after
+        the first (the block input is hooked on the block itself)."""
+        mod = self.pre_mlp_module(j)
+        return {} if mod is None else {"mlp": mod}
+
+    def capture_extra(self, j: int, out: dict[str, torch.Tensor]) -> list:
+        """Extra hooks filling ``out`` with states no module takes as its input (returns the handles)."""
+        return []
+
+    def sublayer(
+        self, b: Boundary, x: torch.Tensor, ctx: Context | None, tokens: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The update ``F_b(x)`` of boundary b on a sequence x (B, T, d); ctx None means T=1, no context.
+
+        tokens (B, T) are the token ids at those positions (needed where ``uses_tokens``)."""
         raise NotImplementedError
 
     def call_block(self, j: int, h: torch.Tensor, ctx: Context, cache) -> torch.Tensor:
+        """Block j on h (B, Tq, d) with the masks, rotary tables and token ids of ctx, through cache."""
         raise NotImplementedError
 
     def rope(self, h: torch.Tensor, positions: torch.Tensor, layer_type: str):
@@ -261,9 +294,9 @@ class Adapter:
         try:
             for j, block in enumerate(self.blocks()):
                 handles.append(block.register_forward_pre_hook(grab(f"L{j}.{self.kinds[0]}"), with_kwargs=True))
-                mod = self.pre_mlp_module(j)
-                if mod is not None:
-                    handles.append(mod.register_forward_pre_hook(grab(f"L{j}.mlp"), with_kwargs=True))
+                for kind, mod in self.capture_points(j).items():
+                    handles.append(mod.register_forward_pre_hook(grab(f"L{j}.{kind}"), with_kwargs=True))
+                handles += self.capture_extra(j, out)
             handles.append(self.final_norm().register_forward_pre_hook(grab(FINAL), with_kwargs=True))
             self.model(input_ids=input_ids.to(self.device), use_cache=False)
         finally:
@@ -272,30 +305,40 @@ class Adapter:
         return out
 
     # ---- (b) isolated sublayer updates ---------------------------------------------------------
-    def update(self, b: Boundary | str, x: torch.Tensor) -> torch.Tensor:
-        """``F_b(x)`` for each row of x (N, d) fed alone as a length-1 sequence (no context)."""
-        b = Boundary.parse(b) if isinstance(b, str) else b
-        return self.sublayer(b, x[:, None, :], None)[:, 0, :]
+    def update(self, b: Boundary | str, x: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """``F_b(x)`` for each row of x (N, d) fed alone as a length-1 sequence (no context).
 
-    def update_in_context(self, b: Boundary | str, prefix: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``F_b`` at the last position of [prefix (N, T-1, d), x (N, d)]: the same-position update in context."""
+        tokens (N,) are the rows' token ids (needed where ``uses_tokens``)."""
+        b = Boundary.parse(b) if isinstance(b, str) else b
+        tok = None if tokens is None else tokens.reshape(-1, 1).to(self.device)
+        return self.sublayer(b, x[:, None, :], None, tok)[:, 0, :]
+
+    def update_in_context(
+        self, b: Boundary | str, prefix: torch.Tensor, x: torch.Tensor, tokens: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``F_b`` at the last position of [prefix (N, T-1, d), x (N, d)]: the same-position update in context.
+
+        tokens (N, T) are the token ids of the whole sequence, prefix and last position (where ``uses_tokens``)."""
         b = Boundary.parse(b) if isinstance(b, str) else b
         seq = torch.cat([prefix, x[:, None, :]], dim=1)
-        return self.sublayer(b, seq, self.causal_context(seq))[:, -1, :]
+        tok = None if tokens is None else tokens.reshape(seq.shape[:2]).to(self.device)
+        return self.sublayer(b, seq, self.causal_context(seq), tok)[:, -1, :]
 
     # ---- (c) resume from a boundary with one position patched -----------------------------------
     @torch.no_grad()
     def clean_run(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> CleanRun:
         """Run one window (1, T) block by block, keeping every block input and the prefix cache."""
-        h = self.embed(input_ids.to(self.device))
+        input_ids = input_ids.to(self.device)
+        h = self.embed(input_ids)
         ctx = self.causal_context(h)
+        ctx.tokens = input_ids
         cache = RecordingKV()
         states = []
         for j in range(self.n_layers):
             states.append(h[0])
             h = self.call_block(j, h, ctx, cache)
         states.append(h[0])
-        return CleanRun(logits=self.head(h)[0], states=states, cache=cache.kv)
+        return CleanRun(logits=self.head(h)[0], states=states, cache=cache.kv, ids=input_ids)
 
     def stack_runs(self, runs: list[CleanRun]) -> CleanRun:
         """Single-window clean runs as one, so that one ``resume`` call serves rows of all their windows.
@@ -304,7 +347,11 @@ class Adapter:
         matrix products (the weights are read once per call, not once per window).
         """
         kv = {j: tuple(torch.cat([r.cache[j][i] for r in runs]) for i in (0, 1)) for j in runs[0].cache}
-        return CleanRun(logits=None, states=self._stack_states(runs), cache=kv)
+        return CleanRun(logits=None, states=self._stack_states(runs), cache=kv, ids=self._stack_ids(runs))
+
+    @staticmethod
+    def _stack_ids(runs: list[CleanRun]) -> torch.Tensor | None:
+        return None if any(r.ids is None for r in runs) else torch.cat([r.ids for r in runs])  # (W, T)
 
     @staticmethod
     def _stack_states(runs: list[CleanRun]) -> list[torch.Tensor]:
@@ -331,6 +378,8 @@ class Adapter:
         wids, index, valid = query_grid(windows)
         h = states.to(self.device, run.states[0].dtype)[index]  # (W', r, d)
         ctx = self.resume_context(h, positions[index], run.tokens)
+        if run.ids is not None:
+            ctx.tokens = run.ids[wids[:, None], positions[index]]  # (W', r) the queries' own tokens
         cache = PrefixKV(run.cache, wids)
         for j in range(layer, self.n_layers):
             h = self.call_block(j, h, ctx, cache)

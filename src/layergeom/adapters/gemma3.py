@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from .base import HF_LAYER_TYPES as _TYPES
 from .base import Adapter, cache_kwarg
-
-_TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
 
 
 class Gemma3Adapter(Adapter):
@@ -39,7 +38,7 @@ class Gemma3Adapter(Adapter):
     def pre_mlp_module(self, j):
         return self.blocks()[j].pre_feedforward_layernorm
 
-    def sublayer(self, b, x, ctx):
+    def sublayer(self, b, x, ctx, tokens=None):
         block = self.blocks()[b.layer]
         if b.kind == "mlp":
             return block.post_feedforward_layernorm(block.mlp(block.pre_feedforward_layernorm(x)))

@@ -30,7 +30,7 @@ class GPT2Adapter(Adapter):
     def pre_mlp_module(self, j):
         return self.blocks()[j].ln_2
 
-    def sublayer(self, b, x, ctx):
+    def sublayer(self, b, x, ctx, tokens=None):
         block = self.blocks()[b.layer]
         if b.kind == "attn":
             kw = {} if ctx is None else {"attention_mask": ctx.masks["full"]}

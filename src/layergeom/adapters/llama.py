@@ -1,8 +1,25 @@
-"""Llama-style decoders (SmolLM2, Llama, Qwen2, Mistral, OLMo): pre-norm, sequential residual, rotary."""
+"""Llama-style decoders: pre-norm (or OLMo-2/3 post-sublayer norms), sequential residual, rotary positions.
+
+Model types and what each needs beyond Llama (read from their transformers modeling files):
+
+- ``llama`` (Llama, SmolLM2), ``olmo`` (non-parametric LayerNorm, clipped qkv: inside the modules);
+- ``qwen2``, ``qwen3`` (q/k norms inside the attention), ``smollm3`` (NoPE layers: the attention module
+  skips the rotary table itself): ``config.layer_types`` may mix sliding-window and full attention;
+- ``mistral``: one sliding window over every layer when ``config.sliding_window`` is set;
+- ``olmo2``, ``olmo3``: norms after the sublayers (``x + norm(attn(x))``, ``x + norm(mlp(x))``); OLMo-3 also
+  alternates sliding and full attention with one rotary table per layer type.
+
+The attention modules take ``attention_mask`` positionally in most of these types: the isolated update
+(a length-1 input, nothing to mask) passes ``attention_mask=None`` explicitly. A sliding-window layer gets
+the windowed causal mask of its layer type (eager attention ignores the window argument: the mask is
+what limits it); rotary tables are built per layer type where the rotary module takes one.
+"""
 
 from __future__ import annotations
 
-from .base import Adapter, cache_kwarg
+import inspect
+
+from .base import HF_LAYER_TYPES, Adapter, cache_kwarg
 
 
 class LlamaAdapter(Adapter):
@@ -28,32 +45,49 @@ class LlamaAdapter(Adapter):
     def _post_norm(block) -> bool:
         return not hasattr(block, "input_layernorm")
 
-    def rope(self, h, positions, layer_type):
-        return self.model.model.rotary_emb(h, positions)
+    # ---- attention layer types: masks and rotary tables --------------------------------------------
+    def layer_type(self, j):
+        cfg = self.config
+        if cfg.model_type == "mistral":  # Mistral applies its window (if any) to every layer
+            return "sliding" if getattr(cfg, "sliding_window", None) else "full"
+        types = getattr(cfg, "layer_types", None)
+        return HF_LAYER_TYPES[types[j]] if types else "full"
 
-    def _attn(self, block, x, ctx):
-        kw = {} if ctx is None else {"attention_mask": ctx.masks["full"]}
-        pos = ctx.positions if ctx is not None else x.new_zeros(x.shape[:2], dtype=int)
-        pe = ctx.rope["full"] if ctx is not None else self.rope(x, pos, "full")
+    def window(self, layer_type):
+        return self.config.sliding_window if layer_type == "sliding" else None
+
+    def rope(self, h, positions, layer_type):
+        rotary = self.model.model.rotary_emb
+        if "layer_type" in inspect.signature(rotary.forward).parameters:  # one table per layer type (OLMo-3)
+            hf = {v: k for k, v in HF_LAYER_TYPES.items()}[layer_type]
+            return rotary(h, positions, hf)
+        return rotary(h, positions)
+
+    # ---- sublayers -----------------------------------------------------------------------------------
+    def _attn(self, j, x, ctx):
+        block, lt = self.blocks()[j], self.layer_type(j)
+        if ctx is None:  # a length-1 input: position 0, nothing to mask
+            pe, mask = self.rope(x, x.new_zeros(x.shape[:2], dtype=int), lt), None
+        else:
+            pe, mask = ctx.rope[lt], ctx.masks[lt]
         if self._post_norm(block):
-            return block.post_attention_layernorm(block.self_attn(x, position_embeddings=pe, **kw)[0])
-        return block.self_attn(block.input_layernorm(x), position_embeddings=pe, **kw)[0]
+            return block.post_attention_layernorm(block.self_attn(x, position_embeddings=pe, attention_mask=mask)[0])
+        return block.self_attn(block.input_layernorm(x), position_embeddings=pe, attention_mask=mask)[0]
 
     def _mlp(self, block, x):
         if self._post_norm(block):
             return block.post_feedforward_layernorm(block.mlp(x))
         return block.mlp(block.post_attention_layernorm(x))
 
-    def sublayer(self, b, x, ctx):
-        block = self.blocks()[b.layer]
-        return self._attn(block, x, ctx) if b.kind == "attn" else self._mlp(block, x)
+    def sublayer(self, b, x, ctx, tokens=None):
+        return self._attn(b.layer, x, ctx) if b.kind == "attn" else self._mlp(self.blocks()[b.layer], x)
 
     def call_block(self, j, h, ctx, cache):
-        block = self.blocks()[j]
+        block, lt = self.blocks()[j], self.layer_type(j)
         return block(
             h,
-            attention_mask=ctx.masks["full"],
+            attention_mask=ctx.masks[lt],
             position_ids=ctx.positions,
-            position_embeddings=ctx.rope["full"],
+            position_embeddings=ctx.rope[lt],
             **{cache_kwarg(block): cache},
         )

@@ -46,7 +46,7 @@ class MambaAdapter(Adapter):
     def causal_context(self, h):
         return None  # the mixer is causal by construction
 
-    def sublayer(self, b, x, ctx):
+    def sublayer(self, b, x, ctx, tokens=None):
         block = self.blocks()[b.layer]
         return block.mixer(block.norm(x))  # a full-sequence scan from a zero state
 

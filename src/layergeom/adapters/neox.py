@@ -29,7 +29,7 @@ class NeoXAdapter(Adapter):
     def rope(self, h, positions, layer_type):
         return self.model.gpt_neox.rotary_emb(h, positions)
 
-    def sublayer(self, b, x, ctx):
+    def sublayer(self, b, x, ctx, tokens=None):
         block = self.blocks()[b.layer]
         if ctx is None:
             pos = x.new_zeros(x.shape[:2], dtype=int)

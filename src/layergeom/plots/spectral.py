@@ -16,7 +16,15 @@ from matplotlib.lines import Line2D  # noqa: E402
 from ..io import read_tsv, save_figure  # noqa: E402
 from ..spectral.spectra import frac_complex  # noqa: E402
 
-KIND_STYLE = {"attn": "-", "mlp": "--", "block": ":"}
+# one line style per boundary kind (names.KIND_ORDER): attention, MLP, per-layer input (Gemma-4), whole block
+KIND_STYLE = {"attn": "-", "mlp": "--", "pli": "-.", "block": ":"}
+
+
+def kind_style(kind: str):
+    """The line style of a boundary kind (a dense dotted line for a kind without its own)."""
+    return KIND_STYLE.get(kind, (0, (1, 1)))
+
+
 GRADIENT_PANELS = [
     ("cond", "condition number σ₁/σ_d", True),
     ("self_realign", "self-realignment SR_k", False),
@@ -87,7 +95,7 @@ def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
                 kinds_seen.append(kind)
                 part = part.sort_values("layer")
                 x = normalised_depth(part["layer"], n_layers)
-                ax.plot(x, part[col], ls=KIND_STYLE.get(kind, "-."), color=colours[ck], lw=1.2, marker=".", ms=3)
+                ax.plot(x, part[col], ls=kind_style(kind), color=colours[ck], lw=1.2, marker=".", ms=3)
         if col == "self_realign":
             base = next(iter(tables.values()))["sr_baseline"].iloc[0]
             ax.axhline(base, color="0.6", lw=0.8, ls=(0, (1, 2)))
@@ -98,7 +106,7 @@ def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
         ax.set_title(label, fontsize=8)
         ax.tick_params(labelsize=7)
     handles = [Line2D([], [], color=c, lw=1.5, label=ck) for ck, c in colours.items()]
-    handles += [Line2D([], [], color="k", ls=KIND_STYLE.get(k, "-."), label=k) for k in dict.fromkeys(kinds_seen)]
+    handles += [Line2D([], [], color="k", ls=kind_style(k), label=k) for k in dict.fromkeys(kinds_seen)]
     axes[-1].axis("off")
     axes[-1].legend(handles=handles, fontsize=8, loc="center", frameon=False, title="checkpoint / sublayer")
     fig.suptitle(f"{title}: spectral gradient of J̄_b", fontsize=10)

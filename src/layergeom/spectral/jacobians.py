@@ -8,7 +8,8 @@ of a chunk and over the d basis vectors, so each chunk is a handful of large bat
 J̄_b is accumulated in float64 whatever the compute dtype.
 
 A sample is the last position of a window (never the BOS position 0): one sample per window, at most
-``n_samples`` windows (a seeded subset when there are more).
+``n_samples`` windows (a seeded subset when there are more). The samples' token ids go along with their
+states (``tokens=``), for adapters whose updates depend on the token as well (``adapter.uses_tokens``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from torch.func import jacfwd, jacrev, vmap
 
 from ..adapters import Adapter, Boundary
+from ..names import TOKENWISE_KINDS
 from ..runtime import LayergeomError
 
 log = logging.getLogger("layergeom")
@@ -42,36 +44,54 @@ def _jac(mode: str):
 
 # ---- batched exact Jacobians ------------------------------------------------------------------
 @torch.no_grad()  # torch.func differentiates regardless; nothing keeps a graph to the weights
-def isolated_jacobians(adapter: Adapter, b: Boundary | str, x: torch.Tensor, *, mode: str = "rev") -> torch.Tensor:
-    """Isolated sublayer Jacobians ∂F_b/∂x of one chunk of states x (c, d) -> (c, d, d), rows = outputs."""
+def isolated_jacobians(
+    adapter: Adapter, b: Boundary | str, x: torch.Tensor, *, mode: str = "rev", tokens: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Isolated sublayer Jacobians ∂F_b/∂x of one chunk of states x (c, d) -> (c, d, d), rows = outputs.
+
+    tokens (c,) are the samples' token ids (None where the adapter's updates do not read them)."""
     b = _parse(b)
 
-    def f(v):  # (d,) -> (d,): one state fed alone as a length-1 sequence
-        return adapter.update(b, v[None])[0]
+    def f(v, t):  # (d,) -> (d,): one state fed alone as a length-1 sequence
+        return adapter.update(b, v[None], None if t is None else t[None])[0]
 
-    return vmap(_jac(mode)(f))(x)  # (c, d_out, d_in)
+    return vmap(_jac(mode)(f, argnums=0), in_dims=(0, None if tokens is None else 0))(x, tokens)  # (c, d_out, d_in)
 
 
 @torch.no_grad()  # torch.func differentiates regardless; nothing keeps a graph to the weights
 def in_context_jacobians(
-    adapter: Adapter, b: Boundary | str, prefix: torch.Tensor, x: torch.Tensor, *, mode: str = "rev"
+    adapter: Adapter,
+    b: Boundary | str,
+    prefix: torch.Tensor,
+    x: torch.Tensor,
+    *,
+    mode: str = "rev",
+    tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Same-position Jacobians ∂F_b/∂x at the last position of [prefix (c, T-1, d), x (c, d)] -> (c, d, d)."""
+    """Same-position Jacobians ∂F_b/∂x at the last position of [prefix (c, T-1, d), x (c, d)] -> (c, d, d).
+
+    tokens (c, T) are the token ids of each sequence, prefix and last position (None where unused)."""
     b = _parse(b)
 
-    def f(v, p):  # v (d,), p (T-1, d) -> (d,): the prefix is held fixed
-        return adapter.update_in_context(b, p[None], v[None])[0]
+    def f(v, p, t):  # v (d,), p (T-1, d) -> (d,): the prefix is held fixed
+        return adapter.update_in_context(b, p[None], v[None], None if t is None else t[None])[0]
 
-    return vmap(_jac(mode)(f, argnums=0))(x, prefix)  # (c, d_out, d_in)
+    in_dims = (0, 0, None if tokens is None else 0)
+    return vmap(_jac(mode)(f, argnums=0), in_dims=in_dims)(x, prefix, tokens)  # (c, d_out, d_in)
 
 
 @torch.no_grad()  # torch.func differentiates regardless; nothing keeps a graph to the weights
-def naive_jacobians(adapter: Adapter, b: Boundary | str, x: torch.Tensor) -> torch.Tensor:
+def naive_jacobians(
+    adapter: Adapter, b: Boundary | str, x: torch.Tensor, tokens: torch.Tensor | None = None
+) -> torch.Tensor:
     """Reference: one ``torch.autograd.functional.jacobian`` call per sample (slow; for tests and benchmarks)."""
     b = _parse(b)
-    return torch.stack(
-        [torch.autograd.functional.jacobian(lambda v: adapter.update(b, v[None])[0], xi) for xi in x]
-    )  # (N, d_out, d_in)
+    tok = [None] * len(x) if tokens is None else tokens[:, None]
+
+    def one(xi, t):
+        return torch.autograd.functional.jacobian(lambda v: adapter.update(b, v[None], t)[0], xi)
+
+    return torch.stack([one(xi, t) for xi, t in zip(x, tok)])  # (N, d_out, d_in)
 
 
 # ---- samples ----------------------------------------------------------------------------------
@@ -117,6 +137,7 @@ def mean_jacobian(
     x: torch.Tensor,
     prefix: torch.Tensor | None = None,
     *,
+    tokens: torch.Tensor | None = None,
     chunk_size: int = 16,
     mode: str = "rev",
     spectral_norm: bool = False,
@@ -124,9 +145,11 @@ def mean_jacobian(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Mean Jacobian J̄_b = mean_s J_b(s) over states x (N, d), chunked, accumulated in float64.
 
-    prefix (N, T-1, d) selects the in-context Jacobian; None the isolated one. Returns J̄ (d, d) and
-    per-sample summaries. MLP boundaries are tokenwise, so their in-context Jacobian is the isolated one
-    (the tests check this identity through the adapter); they skip the prefix.
+    prefix (N, T-1, d) selects the in-context Jacobian; None the isolated one. tokens are the samples' token
+    ids, (N,) or with a prefix (N, T) (None where the adapter does not read them). Returns J̄ (d, d) and
+    per-sample summaries. Tokenwise kinds (MLP, per-layer inputs) act on each position alone, so their
+    in-context Jacobian is the isolated one (the tests check this identity through the adapter); they skip
+    the prefix.
     """
     b = _parse(b)
     N, d = x.shape
@@ -134,14 +157,16 @@ def mean_jacobian(
         raise LayergeomError(f"no samples for the Jacobian at {b.name}")
     total = torch.zeros(d, d, dtype=torch.float64, device=adapter.device)
     parts: list[dict[str, np.ndarray]] = []
-    tokenwise = b.kind == "mlp"
+    tokenwise = b.kind in TOKENWISE_KINDS
     for start in range(0, N, chunk_size):
         xc = x[start : start + chunk_size].to(adapter.device, dtype)  # (c, d)
+        tc = None if tokens is None else tokens[start : start + chunk_size].to(adapter.device)  # (c,) or (c, T)
         if prefix is None or tokenwise:
-            J = isolated_jacobians(adapter, b, xc, mode=mode)
+            last = None if tc is None else (tc if tc.ndim == 1 else tc[:, -1])  # (c,) the samples' own tokens
+            J = isolated_jacobians(adapter, b, xc, mode=mode, tokens=last)
         else:
             pc = prefix[start : start + chunk_size].to(adapter.device, dtype)  # (c, T-1, d)
-            J = in_context_jacobians(adapter, b, pc, xc, mode=mode)
+            J = in_context_jacobians(adapter, b, pc, xc, mode=mode, tokens=tc)
         if not torch.isfinite(J).all():
             raise LayergeomError(f"non-finite Jacobian at {b.name} (samples {start}..{start + len(xc) - 1})")
         total += J.double().sum(0)

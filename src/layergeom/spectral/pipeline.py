@@ -66,6 +66,9 @@ def boundary_jacobians(
     T = store.window_tokens
     rows = jac.sample_rows(store.n_windows, T, n_samples, seed)  # (N,)
     windows, positions = store.index[rows, 0], store.index[rows, 1]
+    # the samples' token ids: their own (isolated), or their windows' up to them (in context)
+    tok_rows = rows if context == "isolated" else rows[:, None] - np.arange(T - 1, -1, -1)  # (N,) or (N, T)
+    tokens = torch.from_numpy(np.ascontiguousarray(store.index[tok_rows, 2]))
     if len(rows) < n_samples:
         log.info("only %d windows: using %d samples instead of %d", store.n_windows, len(rows), n_samples)
     results = {}
@@ -83,6 +86,7 @@ def boundary_jacobians(
             name,
             x,
             prefix,
+            tokens=tokens,
             chunk_size=chunk_size,
             mode=autodiff,
             spectral_norm=spectral_norm,
