@@ -4,7 +4,7 @@
     python bench/gpu_jacobians.py --device cpu --d 256  # CPU smoke test of the same script (seconds)
 
 For the attention and MLP sublayers of one random-init Llama-family layer it times the workflow's batched
-Jacobians (``layergeom.jacobians.mean_jacobian``: vmapped jacrev through ``adapter.update``, fp32 compute,
+Jacobians (``layergeom.spectral.jacobians.mean_jacobian``: vmapped jacrev through ``adapter.update``, fp32 compute,
 float64 mean) over ``--n-samples`` states at several chunk sizes, checks one sample against
 ``torch.autograd.functional.jacobian`` (the naive per-sample path, also timed), counts the FLOPs actually
 executed (torch.utils.flop_counter) and compares the achieved rate with the device's fp32 GEMM rate measured

@@ -15,9 +15,9 @@ import torch
 import yaml
 from conftest import ROOT, TINY_CONFIGS, tiny_model
 
-from layergeom import jacobians as jac
 from layergeom.adapters import ADAPTERS, FAMILIES, FINAL, MODEL_TYPES, Boundary, boundaries_for, get_adapter
 from layergeom.names import KIND_ORDER, TOKENWISE_KINDS
+from layergeom.spectral import jacobians as jac
 
 
 # ---- the registry -------------------------------------------------------------------------------------
