@@ -14,6 +14,7 @@ from snakemake.exceptions import WorkflowError
 from layergeom import config as lgconfig
 from layergeom.adapters import boundaries_for
 from layergeom.names import boundary_regex
+from layergeom.models import loaded_files
 from layergeom.runtime import LayergeomError
 
 try:
@@ -92,7 +93,18 @@ def model_dir(model, checkpoint):
     return f"resources/models/{model}/{checkpoint}"
 
 
+def local_source_dir(model):
+    """The directory a `local` model's reference checkpoint is read from (config, tokenizer), else None."""
+    m = model_cfg(model)
+    if m["source"] != "local":
+        return None
+    ck = m["checkpoints"][reference_checkpoint(model)] or {}
+    return ck.get("path") or m["path"]
+
+
 def tokenizer_dir(model):
+    """Where a model's tokenizer is read from: the trained BPE, a local model's own directory (so new weights
+    there recut no windows), or the reference checkpoint's materialised copy."""
     other = model_cfg(model)["tokenizer"].get("from_model")
     if other:
         if other not in MODELS or other == model:
@@ -100,6 +112,8 @@ def tokenizer_dir(model):
         return tokenizer_dir(other)
     if model_cfg(model)["tokenizer"]["train_bpe"]:
         return f"resources/tokenizers/bpe{model_cfg(model)['hf_config']['vocab_size']}"
+    if local_source_dir(model):
+        return local_source_dir(model)
     ref = reference_checkpoint(model)
     if ref is None:
         raise WorkflowError(f"models.{model}: source config needs tokenizer: {{train_bpe: true}}")
@@ -113,8 +127,35 @@ def materialize_cfg(model, checkpoint):
     return {**cfg, "checkpoints": {checkpoint: model_cfg(model)["checkpoints"][checkpoint]}}
 
 
+def source_files(model, checkpoint):
+    """The user's files a checkpoint is read from (a local model directory's config, weights and tokenizer; a
+    GGUF file): inputs of its materialize job, so that editing one reruns that checkpoint and what reads it."""
+    m = model_cfg(model)
+    ck = m["checkpoints"][checkpoint] or {}
+    path = ck.get("path") or m.get("path")
+    if is_init(model, checkpoint) or m["source"] not in ("local", "gguf") or not path:
+        return []
+    if m["source"] == "gguf":
+        return [path]
+    return _dir_files(path, weights=True)
+
+
+def _dir_files(path, weights):
+    """A local model directory's files that loading reads (a missing directory: its config.json, reported
+    missing by name)."""
+    if not Path(path).is_dir():
+        return [f"{path}/config.json"]
+    return [str(p) for p in loaded_files(path, weights=weights)]
+
+
+def corpus_files():
+    """The files of a `files` corpus: inputs of the corpus job."""
+    return list(config["corpus"]["paths"]) if config["corpus"]["source"] == "files" else []
+
+
 def materialize_inputs(wildcards):
-    """An init checkpoint needs its trained sibling (config, tokenizer); a BPE model its tokenizer."""
+    """An init checkpoint needs its trained sibling's config and tokenizer (for a local model: read from its
+    directory, not its weights); a BPE model its tokenizer; a local or GGUF checkpoint the files it reads."""
     m, c = wildcards.model, wildcards.checkpoint
     inputs = {}
     if model_cfg(m)["source"] == "train":
@@ -122,14 +163,30 @@ def materialize_inputs(wildcards):
     if model_cfg(m)["tokenizer"]["train_bpe"]:
         inputs["tokenizer"] = f"{tokenizer_dir(m)}/tokenizer.json"
     if is_init(m, c) and model_cfg(m)["source"] != "config":
-        inputs["reference"] = f"{model_dir(m, reference_checkpoint(m))}/config.json"
+        local = local_source_dir(m)
+        inputs["reference"] = f"{local or model_dir(m, reference_checkpoint(m))}/config.json"
+        if local:
+            inputs["reference_files"] = _dir_files(local, weights=False)
+    if source_files(m, c):
+        inputs["source_files"] = source_files(m, c)
     return inputs
 
 
 def windows_tokenizer(wildcards):
-    """A file in the tokenizer's directory that some rule declares (the trained BPE, or a checkpoint)."""
+    """One file in the tokenizer's directory (the script opens that folder): the trained BPE, a file of a local
+    model's directory, or a materialised checkpoint's source record."""
     d = tokenizer_dir(wildcards.model)
-    return f"{d}/tokenizer.json" if d.startswith("resources/tokenizers/") else f"{d}/source.json"
+    if d.startswith("resources/tokenizers/"):
+        return f"{d}/tokenizer.json"
+    if d.startswith("resources/models/"):
+        return f"{d}/source.json"
+    return f"{d}/config.json"
+
+
+def tokenizer_files(wildcards):
+    """Every file a local model's tokenizer is read from (its directory without the weights)."""
+    d = tokenizer_dir(wildcards.model)
+    return [] if d.startswith("resources/") else _dir_files(d, weights=False)
 
 
 def device():
@@ -161,7 +218,7 @@ def tokenwise_runs():
 # ---- spectra stage -----------------------------------------------------------------------------------
 def per_model_rule(stage, model):
     """Name of a stage's rule generated for one model (one job per checkpoint writing every boundary's file)."""
-    return f"{stage}_{re.sub(r'[^A-Za-z0-9_]', '_', model)}"
+    return f"{stage}_{lgconfig.rule_name_part(model)}"  # distinct per model: config validation refuses collisions
 
 
 def boundary_files(model, checkpoint, folder, ext):

@@ -7,6 +7,8 @@ localrules:
 
 
 rule corpus:
+    input:
+        corpus_files(),
     output:
         "resources/corpus/corpus.jsonl",
     params:
@@ -79,6 +81,7 @@ rule windows:
     input:
         corpus="resources/corpus/corpus.jsonl",
         tokenizer=windows_tokenizer,
+        tokenizer_files=tokenizer_files,
     output:
         windows="results/{model}/windows.npz",
         meta="results/{model}/windows.json",

@@ -63,6 +63,14 @@ def test_local_source_and_init_from_reference(tmp_path):
     init = models.materialize("loc", "init", mcfg, tmp_path / "m" / "init", reference_dir=tmp_path / "m" / "trained")
     assert init["weights_sha256"] != info["weights_sha256"]
     assert (tmp_path / "m" / "init" / "tokenizer.json").exists()
+    # the workflow reads a local model's config and tokenizer from its directory (not from the materialised copy
+    # of its weights, so that new weights there leave the windows and the init alone): the same init weights,
+    # the same tokens
+    direct = models.materialize("loc", "init", mcfg, tmp_path / "m" / "init2", reference_dir=tmp_path / "hf")
+    assert direct["weights_sha256"] == init["weights_sha256"]
+    docs = corpus.load_documents({"source": "python-docs"})[:40]
+    ids = [models.load_tokenizer(d)(docs).input_ids for d in (tmp_path / "hf", tmp_path / "m" / "trained")]
+    assert ids[0] == ids[1]
     # identical weights across checkpoints give a warning
     from layergeom.manifest import warn_identical
 

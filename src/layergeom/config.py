@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -76,7 +77,59 @@ def validate(config: dict, schema_dir: Path = SCHEMA_DIR) -> dict:
             raise LayergeomError(
                 f"invalid configuration:\n  models.{name}.overrides: unknown section(s) {sorted(unknown)}"
             )
+        _check_source_keys(name, m)
+    _check_rule_names(config["models"])
     return config
+
+
+#: sources that read a `path` (model-wide or per checkpoint): a model directory, or a GGUF file
+PATH_SOURCES = ("local", "gguf")
+
+
+def _check_source_keys(name: str, m: dict) -> None:
+    """``path`` and ``revision`` mean one thing each: a source that does not read one refuses it."""
+    source = m["source"]
+    cks = {c: ck or {} for c, ck in (m.get("checkpoints") or {}).items()}
+    if source not in PATH_SOURCES:
+        keys = ([f"models.{name}.path"] if "path" in m else []) + [
+            f"models.{name}.checkpoints.{c}.path" for c, ck in cks.items() if "path" in ck
+        ]
+        if keys:
+            raise LayergeomError(
+                f"invalid configuration:\n  {keys[0]}: source '{source}' reads no path (only "
+                f"{' and '.join(PATH_SOURCES)} do: a model directory, a GGUF file); remove it"
+            )
+    if source != "hub":
+        for c, ck in cks.items():
+            if "revision" in ck:
+                raise LayergeomError(
+                    f"invalid configuration:\n  models.{name}.checkpoints.{c}.revision: source '{source}' has no "
+                    f"revisions (only hub models do); remove it"
+                )
+    if source == "local" and "path" not in m:
+        for c, ck in cks.items():
+            if not ck.get("init") and "path" not in ck:
+                raise LayergeomError(
+                    f"invalid configuration:\n  models.{name}.checkpoints.{c}: source 'local' needs the model "
+                    f"directory: set models.{name}.path or a path on this checkpoint"
+                )
+
+
+def rule_name_part(model: str) -> str:
+    """A model name as it appears in generated rule names (letters, digits and underscores)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", model)
+
+
+def _check_rule_names(models: dict) -> None:
+    """Two model names that differ only in punctuation (`tiny-gpt2`, `tiny.gpt2`) would share rule names."""
+    seen: dict[str, str] = {}
+    for name in models:
+        other = seen.setdefault(rule_name_part(name), name)
+        if other != name:
+            raise LayergeomError(
+                f"invalid configuration:\n  models: the names '{other}' and '{name}' differ only in '-' '.' and "
+                f"'_', and the workflow's rule names cannot tell them apart; rename one of them"
+            )
 
 
 def model_section(config: dict, model: str, section: str) -> dict:

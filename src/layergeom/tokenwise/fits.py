@@ -239,6 +239,11 @@ def fit_diag(X, Y, xa, *, q: int = 8) -> Fit:
     return Fit(t=a * xa, delta=Subspace(sv=sv_d, axes=ax_d), absolute=Subspace(sv=sv_a, axes=ax_a))
 
 
+def lowrank_rank(rank: int, k: int, d: int) -> int:
+    """The rank the lowrank class can have: r capped by the k neighbours and the local dimension p = min(d, 2k)."""
+    return min(int(rank), int(k), min(int(d), 2 * int(k)))
+
+
 def fit_lowrank(loc: Local, xa, *, rank: int = 8, form: str = "identity_plus", ridge: float = 1e-3, q: int = 8) -> Fit:
     """Reduced-rank ridge regression: min ||D - X B||^2 + lam ||B||^2 s.t. rank(B) <= r.
 
@@ -260,7 +265,7 @@ def fit_lowrank(loc: Local, xa, *, rank: int = 8, form: str = "identity_plus", r
     C = W @ (inv[:, :, None] * WtD)  # (G + lam I)^-1 D, so B = Xᵀ C (the minimum-norm solution if lam = 0)
     # [X B; sqrt(lam) B]ᵀ[X B; sqrt(lam) B] = Cᵀ G (G + lam I) C = Hᵀ H with H = (G (G + lam I))^(1/2) C
     H = W @ ((ev * shifted).sqrt()[:, :, None] * inv[:, :, None] * WtD)  # (m, k, p)
-    Vr = row_space_directions(H, min(rank, k, p)).vecs  # (m, p, r); zero columns beyond the rank
+    Vr = row_space_directions(H, lowrank_rank(rank, k, p)).vecs  # (m, p, r); zero columns beyond the rank
     Z = X.mT @ (C @ Vr)  # (m, p, r) = B V_r, so A - off I = Bᵣᵀ = V_r Zᵀ
     update = (Vr @ (Z.mT @ loc.xa[:, :, None]))[:, :, 0]  # (m, p) = Bᵣᵀ xa
     if form == "identity_plus":

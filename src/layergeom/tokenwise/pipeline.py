@@ -40,7 +40,7 @@ SUMMARY_COLUMNS = [
     "rho_ci_low",
     "rho_ci_high",
 ]
-KEYS = ["layer", "class", "anchor", "row", "window", "position", "token_id", "d_model"]
+KEYS = ["layer", "class", "anchor", "row", "window", "position", "token_id", "d_model", "rank_used"]
 
 
 def projection_ranks(cfg: dict) -> list[int]:
@@ -65,7 +65,7 @@ def fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str = "c
     import pandas as pd
     import torch
 
-    from .fits import fit_classes, fit_global
+    from .fits import fit_classes, fit_global, lowrank_rank
     from .geometry import geometry
     from .neighbours import knn
 
@@ -80,6 +80,17 @@ def fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str = "c
     k = int(cfg["k"])
     if k + 1 > len(pool):
         raise LayergeomError(f"tokenwise.k={k} needs more than {len(pool)} non-BOS tokens; lower k or add windows")
+    rank_used = lowrank_rank(cfg["rank"], k, store.d_model)
+    if "lowrank" in classes and rank_used < int(cfg["rank"]):
+        log.warning(
+            "tokenwise.rank=%d is capped at %d (k=%d neighbours, d=%d): the lowrank class is fitted at rank %d "
+            "(column rank_used)",
+            cfg["rank"],
+            rank_used,
+            k,
+            store.d_model,
+            rank_used,
+        )
     t0 = time.perf_counter()
     H0 = torch.from_numpy(np.ascontiguousarray(store.states(names[layer])[pool])).to(device)  # (n, d)
     H1 = torch.from_numpy(np.ascontiguousarray(store.states(names[layer + 1])[pool])).to(device)
@@ -114,6 +125,7 @@ def fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str = "c
         cols.update(geo)
         cols["proj_baseline"] = int(cfg["proj_k"]) / store.d_model
         cols["d_model"] = store.d_model
+        cols["rank_used"] = rank_used  # the lowrank class's rank after the cap min(tokenwise.rank, k, d)
         tables.append(pd.DataFrame(cols))
         patches.append(fits[name].t.float().cpu().numpy())
     log.info(
@@ -217,8 +229,9 @@ def summarise(tables: list, kl, cfg: dict, *, seed: int) -> tuple:
     out = []
     for (layer, name), g in df.groupby(["layer", "class"], sort=False):
         row = {"layer": int(layer), "class": name, "n_anchors": len(g)}
-        if "d_model" in g:
-            row["d_model"] = int(g["d_model"].iloc[0])
+        for c in ("d_model", "rank_used"):
+            if c in g:
+                row[c] = int(g[c].iloc[0])
         row.update({c: float(np.nanmean(g[c])) if np.isfinite(g[c]).any() else np.nan for c in metrics})
         row["kl_median"] = float(np.nanmedian(g["kl"])) if np.isfinite(g["kl"]).any() else np.nan
         row["relerr_median"] = float(np.nanmedian(g["relerr"])) if np.isfinite(g["relerr"]).any() else np.nan
