@@ -16,11 +16,19 @@ from layergeom.adapters import boundaries_for
 from layergeom.names import boundary_regex
 from layergeom.models import loaded_files
 from layergeom.runtime import LayergeomError
+from layergeom.store import block_input_names, kept_boundaries
 
 try:
     lgconfig.validate(config)
 except LayergeomError as err:
     raise WorkflowError(str(err))
+
+for _m, _mc in config["models"].items():
+    if "keep" in _mc.get("overrides", {}).get("activations", {}):
+        raise WorkflowError(
+            f"models.{_m}.overrides.activations.keep: `keep` applies to every model's store (it marks the "
+            "activations rule's output temp()); set activations.keep at the top level"
+        )
 
 MODELS = list(config["models"])
 
@@ -87,6 +95,54 @@ def layers(model):
 def section(model, name):
     """One analysis section for one model: the global values with the model's overrides merged in."""
     return lgconfig.model_section(config, model, name)
+
+
+# ---- the activation store ------------------------------------------------------------------------
+def store_settings(model):
+    """What one model's activation dump depends on: batch size, storage dtype and the kept boundaries."""
+    a = section(model, "activations")
+    return {"batch_size": a["batch_size"], "dtype": a["dtype"], "boundaries": a["boundaries"]}
+
+
+def store_boundaries(model):
+    """The boundaries a model's store keeps (``activations.boundaries``), known from the config alone."""
+    try:
+        return kept_boundaries(boundaries(model), section(model, "activations")["boundaries"])
+    except LayergeomError as err:
+        raise WorkflowError(f"models.{model}: {err}")
+
+
+# which boundaries each stage reads from the store (the Jacobians and graphs: every boundary they analyse)
+STAGE_BOUNDARIES = {
+    "tokenwise": lambda m: block_input_names(boundaries(m))[:-1],
+    "spectra": boundaries,
+    "topology": boundaries,
+}
+
+
+def activations_for(stage, model=None):
+    """Input function: a checkpoint's store, after checking it keeps every boundary the stage reads (model:
+    for the rules generated per model, which have no model wildcard)."""
+
+    def store(wildcards):
+        m = model or wildcards.model
+        missing = [b for b in STAGE_BOUNDARIES[stage](m) if b not in set(store_boundaries(m))]
+        if missing:
+            raise WorkflowError(
+                f"models.{m}: the {stage} stage reads boundaries {missing[:4]}{' ...' if len(missing) > 4 else ''} "
+                f"that activations.boundaries ({section(m, 'activations')['boundaries']}) does not keep. Keep them "
+                "(activations.boundaries: all), or ask only for targets whose stages read what is kept "
+                "(block_inputs: the tokenwise tables, e.g. results/{model}/{checkpoint}/tokenwise.tsv)."
+            )
+        return f"results/{m}/{wildcards.checkpoint}/activations"
+
+    return store
+
+
+def activations_output():
+    """The store directory; temp() when activations.keep is false (deleted once all its readers finished)."""
+    out = directory("results/{model}/{checkpoint}/activations")
+    return out if config["activations"]["keep"] else temp(out)
 
 
 def model_dir(model, checkpoint):

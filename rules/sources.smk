@@ -103,9 +103,9 @@ rule activations:
         weights="resources/models/{model}/{checkpoint}/model.safetensors",
         windows="results/{model}/windows.npz",
     output:
-        directory("results/{model}/{checkpoint}/activations"),
+        activations_output(),
     params:
-        batch_size=config["activations"]["batch_size"],
+        store=lambda wc: store_settings(wc.model),
         run=run_settings(),
     log:
         "logs/activations/{model}/{checkpoint}.log",
@@ -125,7 +125,7 @@ rule manifest:
     input:
         source="resources/models/{model}/{checkpoint}/source.json",
         windows_meta="results/{model}/windows.json",
-        activations="results/{model}/{checkpoint}/activations",
+        activations="results/{model}/{checkpoint}/activations",  # every store has a manifest, whatever it keeps
     output:
         "results/{model}/{checkpoint}/manifest.json",
     params:

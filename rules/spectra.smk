@@ -14,7 +14,7 @@ for _m in MODELS:
             per_model_rule("spectra_jacobians", _m)
         input:
             weights=f"resources/models/{_m}/{{checkpoint}}/model.safetensors",
-            activations=f"results/{_m}/{{checkpoint}}/activations",
+            activations=activations_for("spectra", _m),
         output:
             npy=spectra_jacobians(_m, "{checkpoint}", "npy"),
             tsv=spectra_jacobians(_m, "{checkpoint}", "tsv"),

@@ -5,7 +5,7 @@
 
 rule tokenwise_fit:
     input:
-        activations="results/{model}/{checkpoint}/activations",
+        activations=activations_for("tokenwise"),
     output:
         table="results/{model}/{checkpoint}/tokenwise/L{layer}.tsv",
         patches=temp("results/{model}/{checkpoint}/tokenwise/L{layer}.patches.npz"),
@@ -30,7 +30,7 @@ rule tokenwise_fit:
 rule tokenwise_kl:
     input:
         weights="resources/models/{model}/{checkpoint}/model.safetensors",
-        activations="results/{model}/{checkpoint}/activations",
+        activations=activations_for("tokenwise"),
         patches=lambda wc: tokenwise_layer_files(wc, "patches.npz"),
     output:
         "results/{model}/{checkpoint}/tokenwise/kl.tsv",

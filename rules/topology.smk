@@ -18,7 +18,7 @@ for _m in MODELS:
         name:
             per_model_rule("topology_graph", _m)
         input:
-            activations=f"results/{_m}/{{checkpoint}}/activations",
+            activations=activations_for("topology", _m),
         output:
             nodes=topology_graphs(_m, "{checkpoint}", "tsv"),
             edges=topology_graphs(_m, "{checkpoint}", "edges.tsv"),

@@ -12,4 +12,13 @@ with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
     model = models.load_model(Path(sm.input.weights).parent, device=resolve_device(sm.params.run["device"]))
     windows = corpus.load_windows(sm.input.windows)
     meta = {"model": sm.wildcards.model, "checkpoint": sm.wildcards.checkpoint}
-    store.dump_activations(get_adapter(model), windows, sm.output[0], batch_size=sm.params.batch_size, extra_meta=meta)
+    st = sm.params.store
+    store.dump_activations(
+        get_adapter(model),
+        windows,
+        sm.output[0],
+        batch_size=st["batch_size"],
+        dtype=st["dtype"],
+        boundaries=st["boundaries"],
+        extra_meta=meta,
+    )

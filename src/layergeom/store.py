@@ -2,9 +2,15 @@
 
 Layout of ``results/{model}/{checkpoint}/activations/``:
 
-- ``{boundary}.npy`` (n_tokens, d) float32, rows in (window, position) order, for every boundary and ``final``;
+- ``{boundary}.npy`` (n_tokens, d), rows in (window, position) order, for the kept boundaries and ``final``;
 - ``index.npy`` (n_tokens, 3) int64 columns ``window, position, token_id``;
-- ``store.json``: names, shape, dtype, model and checkpoint.
+- ``store.json``: the kept names, the model's boundaries, shape, dtype, model and checkpoint.
+
+The store's ``dtype`` is float32 (default), float16 or bfloat16; numpy has no bfloat16, so a bfloat16
+store holds the bit patterns as uint16 and readers get float32 (:meth:`ActivationStore.states`, converted
+chunk by chunk as rows are read). Statistics over the states accumulate in float64 in their readers.
+A store may keep only some boundaries (``activations.boundaries``); reading one it did not keep is an
+error that names the setting.
 
 Rows with position 0 (BOS / attention sink) are kept in the files and excluded by ``nonbos``.
 """
@@ -22,10 +28,45 @@ from pathlib import Path
 
 import numpy as np
 
-from .names import FINAL, KIND_ORDER
+from .names import FINAL, parse_boundary
 from .runtime import LayergeomError, atomic_path, progress
 
 log = logging.getLogger("layergeom")
+
+#: store dtype -> numpy dtype of the .npy files (bfloat16 as its uint16 bit patterns)
+STORE_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+
+
+def bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32, exactly (a bfloat16 is the top half of a float32)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+class Float32View:
+    """A reduced-precision memmap read as float32: indexing converts only the rows it reads.
+
+    Supports what the stages do with states: ``v[rows]``, ``v[start:stop]``, ``v.shape``, ``len(v)`` and
+    ``np.asarray(v)`` (the whole array, converted). Memory per read ~ the rows read in float32.
+    """
+
+    def __init__(self, raw: np.ndarray, dtype: str):
+        self.raw, self.store_dtype = raw, dtype
+        self.shape, self.ndim, self.dtype = raw.shape, raw.ndim, np.dtype(np.float32)
+
+    def _convert(self, x: np.ndarray) -> np.ndarray:
+        if self.store_dtype == "bfloat16":
+            return bf16_bits_to_float32(x)
+        return np.asarray(x, dtype=np.float32)
+
+    def __getitem__(self, key) -> np.ndarray:
+        return self._convert(self.raw[key])
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        out = self._convert(self.raw[:])
+        return out if dtype is None else out.astype(dtype, copy=False)
 
 
 @dataclass
@@ -46,7 +87,18 @@ class ActivationStore:
 
     @property
     def boundaries(self) -> list[str]:
+        """The boundaries this store kept, in depth order."""
         return [n for n in self.names if n != FINAL]
+
+    @property
+    def model_boundaries(self) -> list[str]:
+        """Every boundary of the model, kept or not (stores written before selections existed keep all)."""
+        return list(self.meta.get("model_boundaries", self.boundaries))
+
+    @property
+    def dtype(self) -> str:
+        """Storage dtype: float32, float16 or bfloat16 (``states`` always returns float32 values)."""
+        return str(self.meta.get("dtype", "float32"))
 
     @property
     def d_model(self) -> int:
@@ -60,14 +112,28 @@ class ActivationStore:
     def window_tokens(self) -> int:
         return int(self.meta["window_tokens"])
 
-    def states(self, name: str) -> np.ndarray:
-        """(n_tokens, d) memmap of one boundary (or ``final``)."""
-        return np.load(self.path / f"{name}.npy", mmap_mode="r")
+    def states(self, name: str):
+        """(n_tokens, d) float32 states of one boundary (or ``final``): the memmap itself for a float32 store,
+        a :class:`Float32View` converting the rows read for a float16 or bfloat16 one."""
+        self.require([name], "this analysis")
+        raw = np.load(self.path / f"{name}.npy", mmap_mode="r")
+        return raw if self.dtype == "float32" else Float32View(raw, self.dtype)
+
+    def require(self, names: list[str], what: str) -> None:
+        """Stop with a clear message if the store did not keep one of ``names``."""
+        missing = [n for n in names if n not in self.names]
+        if missing:
+            raise LayergeomError(
+                f"{what} needs {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} but the activation store "
+                f"{self.path} keeps only {len(self.boundaries)} of {len(self.model_boundaries)} boundaries "
+                f"(activations.boundaries: {self.meta.get('boundaries_setting', 'all')}); keep them and rerun activations"
+            )
 
     def block_inputs(self) -> list[str]:
         """Names of h_0 .. h_{L-1} (block inputs) followed by ``final`` = h_L: the Paper A transitions."""
-        firsts = [n for n in self.boundaries if KIND_ORDER[n.split(".")[1]] == 0]
-        return firsts + [FINAL]
+        names = block_input_names(self.model_boundaries)
+        self.require(names, "the tokenwise stage")
+        return names
 
     @property
     def nonbos(self) -> np.ndarray:
@@ -79,6 +145,51 @@ class ActivationStore:
         return self.index[:, 2].reshape(self.n_windows, self.window_tokens)
 
 
+def block_input_names(boundaries: list[str]) -> list[str]:
+    """The first boundary of each block (its input h_l), then ``final``: what the tokenwise stage reads."""
+    firsts: dict[int, str] = {}
+    for b in boundaries:
+        firsts.setdefault(parse_boundary(b)[0], b)
+    return [firsts[l] for l in sorted(firsts)] + [FINAL]
+
+
+def kept_boundaries(boundaries: list[str], setting) -> list[str]:
+    """``activations.boundaries`` -> the boundaries a store keeps, in depth order (``final`` is always kept).
+
+    ``all`` keeps every boundary; ``block_inputs`` the block inputs (all the tokenwise stage reads); a list
+    names the boundaries to keep, each of which must be a boundary of the model.
+    """
+    if setting in (None, "all"):
+        return list(boundaries)
+    if setting == "block_inputs":
+        return block_input_names(boundaries)[:-1]
+    if isinstance(setting, str):
+        raise LayergeomError(f"activations.boundaries: '{setting}' is not all, block_inputs or a list of boundaries")
+    unknown = sorted(set(setting) - set(boundaries))
+    if unknown:
+        raise LayergeomError(
+            f"activations.boundaries: {unknown} are not boundaries of this model ({boundaries[:3]}...)"
+        )
+    return [b for b in boundaries if b in set(setting)]
+
+
+def _first_bad_window(x, start: int, T: int) -> int | None:
+    """The window of the first row of x (rows, d) with a NaN or inf, or None."""
+    import torch
+
+    fin = torch.isfinite(x).all(dim=1)
+    return None if bool(fin.all()) else start + int(torch.nonzero(~fin)[0, 0]) // T
+
+
+def _to_store(x, dtype: str) -> np.ndarray:
+    """A torch tensor (rows, d) already in the store's dtype -> numpy rows (bfloat16 as uint16 bit patterns)."""
+    import torch
+
+    if dtype == "bfloat16":
+        return x.view(torch.int16).cpu().numpy().view(np.uint16)
+    return x.cpu().numpy()
+
+
 def dump_activations(
     adapter,
     windows: np.ndarray,
@@ -86,21 +197,28 @@ def dump_activations(
     *,
     batch_size: int = 8,
     extra_meta: dict | None = None,
+    dtype: str = "float32",
+    boundaries="all",
 ) -> ActivationStore:
-    """Stream the residual stream at every boundary of all windows (n, T) into per-boundary memmaps.
+    """Stream the residual stream at every kept boundary of all windows (n, T) into per-boundary memmaps.
 
     Memory stays bounded by one batch of activations whatever the corpus size; a NaN or inf in any
-    activation stops the dump with the boundary and window named, and leaves no output behind.
+    activation (or a value beyond the range of a float16 store) stops the dump with the boundary and
+    window named, and leaves no output behind. dtype is the storage dtype (float32, float16, bfloat16);
+    boundaries is ``activations.boundaries`` (:func:`kept_boundaries`).
     """
     import torch
 
+    if dtype not in STORE_DTYPES:
+        raise LayergeomError(f"activations.dtype: '{dtype}' is not one of {', '.join(STORE_DTYPES)}")
     n, T = windows.shape
-    names = [b.name for b in adapter.boundaries] + [FINAL]
+    model_boundaries = [b.name for b in adapter.boundaries]
+    names = kept_boundaries(model_boundaries, boundaries) + [FINAL]
     d = adapter.d_model
-    needed = len(names) * n * T * d * np.dtype(np.float32).itemsize + n * T * 3 * 8  # boundaries + index
+    needed = len(names) * n * T * d * np.dtype(STORE_DTYPES[dtype]).itemsize + n * T * 3 * 8  # boundaries + index
     with atomic_path(out_dir, is_dir=True) as tmp, _disk_full_is_clear(out_dir, needed):
         check_free_space(tmp, needed, out_dir)
-        mms = {nm: _reserved_memmap(tmp / f"{nm}.npy", (n * T, d)) for nm in names}
+        mms = {nm: _reserved_memmap(tmp / f"{nm}.npy", (n * T, d), STORE_DTYPES[dtype]) for nm in names}
         for start in progress(range(0, n, batch_size), desc="activations", unit="batch"):
             ids = torch.as_tensor(windows[start : start + batch_size], dtype=torch.long)
             cap = adapter.capture(ids)
@@ -109,18 +227,33 @@ def dump_activations(
                 raise RuntimeError(f"adapter did not capture {sorted(missing)}")
             rows = slice(start * T, (start + ids.shape[0]) * T)
             for nm in names:
-                x = cap[nm].float().cpu().numpy().reshape(-1, d)
-                check_activations(x, nm, start, T)
-                mms[nm][rows] = x
+                x = cap[nm].reshape(-1, d)  # (rows, d) in the model's dtype
+                check_activations(x.float().cpu().numpy(), nm, start, T)  # non-finite, or overflowing float32
+                x = x.to(getattr(torch, dtype))  # rounded to the store's dtype once
+                bad = _first_bad_window(x, start, T)
+                if bad is not None:  # finite in the model, beyond the store's range (float16: 65504)
+                    raise LayergeomError(
+                        f"activations at boundary {nm}, window {bad} exceed the range of a {dtype} store "
+                        f"(largest |value| {float(cap[nm].abs().max()):.3g}); use activations.dtype: bfloat16 or float32"
+                    )
+                mms[nm][rows] = _to_store(x, dtype)
         for mm in mms.values():
             mm.flush()
         del mms
         win, pos = np.divmod(np.arange(n * T), T)
         np.save(tmp / "index.npy", np.stack([win, pos, windows.reshape(-1)], axis=1).astype(np.int64))
-        meta = {"names": names, "n_windows": n, "window_tokens": T, "d_model": d, "dtype": "float32"}
+        meta = {
+            "names": names,
+            "model_boundaries": model_boundaries,
+            "boundaries_setting": boundaries if isinstance(boundaries, str) else "list",
+            "n_windows": n,
+            "window_tokens": T,
+            "d_model": d,
+            "dtype": dtype,
+        }
         meta.update(extra_meta or {})
         (tmp / "store.json").write_text(json.dumps(meta, indent=2) + "\n")
-    log.info("dumped %d windows x %d tokens at %d boundaries to %s", n, T, len(names), out_dir)
+    log.info("dumped %d windows x %d tokens at %d names (%s) to %s", n, T, len(names), dtype, out_dir)
     return ActivationStore(Path(out_dir))
 
 
@@ -158,10 +291,10 @@ def check_free_space(path: Path, needed: int, where=None) -> None:
         raise LayergeomError(disk_full_message(where or path, needed, free))
 
 
-def _reserved_memmap(path: Path, shape: tuple[int, int]) -> np.memmap:
-    """A float32 .npy memmap whose disk blocks are allocated now, so that writes into it cannot hit a full disk
+def _reserved_memmap(path: Path, shape: tuple[int, int], dtype=np.float32) -> np.memmap:
+    """A .npy memmap whose disk blocks are allocated now, so that writes into it cannot hit a full disk
     (a sparse file would fail later, inside a memmap write, as SIGBUS); ENOSPC is raised here instead."""
-    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+    mm = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
     if hasattr(os, "posix_fallocate"):
         with open(path, "r+b") as f:
             try:
