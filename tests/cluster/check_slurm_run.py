@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     for e in errors:
         print(f"FAIL: {e}")
     if not errors:
-        print("OK: every non-local job ran as its own SLURM job; GPU jobs saw CUDA_VISIBLE_DEVICES")
+        print("OK: every non-local job ran in its own SLURM job (grouped fits: one per model and checkpoint);")
+        print("    GPU jobs saw CUDA_VISIBLE_DEVICES")
     return 1 if errors else 0
 
 
