@@ -152,10 +152,20 @@ jac_args=(--budget-s $((JAC_S - 30)) --out "$OUTDIR")
 timeout --kill-after=20 "$JAC_S" "$PY" bench/gpu_jacobians.py "${jac_args[@]}" >"$WORK/jac.log" 2>&1
 rc=$?
 e=$(($(date +%s) - s))
-[ $rc -eq 0 ] || { status=1; note "FAILED (exit $rc after ${e} s)."; }
 note '```'
-tail -n 40 "$WORK/jac.log" >>"$REPORT"
+if [ $rc -eq 0 ]; then
+    grep '^\[' "$WORK/jac.log" | cut -c1-400 >>"$REPORT"  # one progress line per stage
+else
+    status=1
+    tail -n 40 "$WORK/jac.log" >>"$REPORT"
+fi
 note '```'
+note ""
+if [ $rc -eq 0 ]; then
+    note "In ${e} s; all numbers in gpu_jacobians.json next to this report."
+else
+    note "FAILED (exit $rc$([ $rc -ge 124 ] && echo ', time limit') after ${e} s)."
+fi
 say "   exit $rc in ${e}s"
 
 note ""
