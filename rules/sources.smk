@@ -1,9 +1,12 @@
 # Model and corpus sources, tokenised windows, activation dumps and manifests.
 
 
+# Downloads run on the submitting host (login node), where the network is; compute-node jobs only read.
 localrules:
     manifest,
     checkpoint_table,
+    download,
+    download_gguf,
 
 
 rule corpus:
@@ -18,7 +21,7 @@ rule corpus:
     benchmark:
         "benchmarks/corpus/corpus.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     script:
         "../scripts/corpus.py"
 
@@ -35,9 +38,43 @@ rule train_tokenizer:
     benchmark:
         "benchmarks/train_tokenizer/bpe{vocab}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     script:
         "../scripts/train_tokenizer.py"
+
+
+rule download:
+    output:
+        directory("resources/hub/{model}/{checkpoint}"),
+    params:
+        model_id=lambda wc: model_cfg(wc.model)["id"],
+        revision=lambda wc: (model_cfg(wc.model)["checkpoints"][wc.checkpoint] or {}).get("revision"),
+        trust_remote_code=lambda wc: model_cfg(wc.model)["trust_remote_code"],
+    log:
+        "logs/download/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/download/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/hub.yaml"
+    script:
+        "../scripts/download.py"
+
+
+rule download_gguf:
+    output:
+        "resources/downloads/{gguf_file}",
+    params:
+        gguf=gguf_cfg,
+    wildcard_constraints:
+        gguf_file=r"[^/]+\.gguf",
+    log:
+        "logs/download_gguf/{gguf_file}.log",
+    benchmark:
+        "benchmarks/download_gguf/{gguf_file}.tsv"
+    conda:
+        torch_env()
+    script:
+        "../scripts/download_gguf.py"
 
 
 rule materialize:
@@ -55,9 +92,9 @@ rule materialize:
     benchmark:
         "benchmarks/materialize/{model}/{checkpoint}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     resources:
-        mem_mb=4000,
+        mem_mb=by_attempt(4000),
     script:
         "../scripts/materialize.py"
 
@@ -72,7 +109,7 @@ rule checkpoint_table:
     benchmark:
         "benchmarks/checkpoint_table/{model}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     script:
         "../scripts/checkpoint_table.py"
 
@@ -93,7 +130,7 @@ rule windows:
     benchmark:
         "benchmarks/windows/{model}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     script:
         "../scripts/windows.py"
 
@@ -112,11 +149,11 @@ rule activations:
     benchmark:
         "benchmarks/activations/{model}/{checkpoint}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     threads: job_threads()
     resources:
         gpu=gpu_jobs(),
-        mem_mb=4000,
+        mem_mb=by_attempt(4000),
     script:
         "../scripts/activations.py"
 
@@ -136,7 +173,7 @@ rule manifest:
     benchmark:
         "benchmarks/manifest/{model}/{checkpoint}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     script:
         "../scripts/manifest.py"
 

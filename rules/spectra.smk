@@ -27,11 +27,11 @@ for _m in MODELS:
         benchmark:
             f"benchmarks/spectra_jacobians/{_m}/{{checkpoint}}.tsv"
         conda:
-            "../envs/torch.yaml"
+            torch_env()
         threads: job_threads()
         resources:
             gpu=gpu_jobs(),
-            mem_mb=4000,
+            mem_mb=by_attempt(4000),
         script:
             "../scripts/spectra_jacobians.py"
 
@@ -51,7 +51,7 @@ rule spectra_table:
     benchmark:
         "benchmarks/spectra_table/{model}/{checkpoint}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     threads: job_threads()
     script:
         "../scripts/spectra_table.py"
@@ -69,7 +69,7 @@ rule spectra_cumulative:
     benchmark:
         "benchmarks/spectra_cumulative/{model}/{checkpoint}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     threads: job_threads()
     script:
         "../scripts/spectra_cumulative.py"
@@ -89,7 +89,7 @@ rule spectra_schur:
     benchmark:
         "benchmarks/spectra_schur/{model}/{checkpoint}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     threads: job_threads()
     script:
         "../scripts/spectra_schur.py"

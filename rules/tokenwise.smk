@@ -17,12 +17,17 @@ rule tokenwise_fit:
     benchmark:
         "benchmarks/tokenwise_fit/{model}/{checkpoint}/L{layer}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     threads: job_threads()
     priority: 1  # the longest chain (fits -> KL -> summary): start it first
+    # one cluster job runs every layer's fit of a (model, checkpoint), one after the other on one GPU: with
+    # `group-components` in the SLURM profile (a fit takes seconds; one allocation each would mostly queue)
+    group:
+        "tokenwise_fit_{model}_{checkpoint}"
     resources:
         gpu=gpu_jobs(),
-        mem_mb=3000,
+        mem_mb=by_attempt(3000),
+        runtime=by_attempt(5),  # minutes per layer; the group job asks for the sum over its layers
     script:
         "../scripts/tokenwise_fit.py"
 
@@ -42,12 +47,12 @@ rule tokenwise_kl:
     benchmark:
         "benchmarks/tokenwise_kl/{model}/{checkpoint}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     threads: job_threads()
     priority: 1  # the longest chain (fits -> KL -> summary): start it first
     resources:
         gpu=gpu_jobs(),
-        mem_mb=4000,
+        mem_mb=by_attempt(4000),
     script:
         "../scripts/tokenwise_kl.py"
 

@@ -35,7 +35,7 @@ for _m in MODELS:
             "../envs/graphs.yaml"
         threads: job_threads()
         resources:
-            mem_mb=4000,
+            mem_mb=by_attempt(4000),
         script:
             "../scripts/topology_graph.py"
 
@@ -62,7 +62,7 @@ rule topology_coupling:
         "../envs/graphs.yaml"
     threads: job_threads()
     resources:
-        mem_mb=4000,
+        mem_mb=by_attempt(4000),
     script:
         "../scripts/topology_coupling.py"
 

@@ -20,11 +20,11 @@ rule train_model:
     benchmark:
         "benchmarks/train_model/{model}.tsv"
     conda:
-        "../envs/torch.yaml"
+        torch_env()
     threads: lambda wc: section(wc.model, "train")["threads"]
     resources:
         gpu=gpu_jobs(),
-        mem_mb=4000,
+        mem_mb=by_attempt(4000),
     script:
         "../scripts/train_model.py"
 

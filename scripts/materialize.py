@@ -15,4 +15,6 @@ with job(sm):
         reference_dir=Path(sm.input.reference).parent if "reference" in sm.input.keys() else None,
         tokenizer_dir=Path(sm.input.tokenizer).parent if "tokenizer" in sm.input.keys() else None,
         trained_dir=sm.input.trained if "trained" in sm.input.keys() else None,
+        hub_dir=sm.input.hub if "hub" in sm.input.keys() else None,
+        **({"download_dir": Path(sm.input.gguf).parent} if "gguf" in sm.input.keys() else {}),
     )

@@ -22,7 +22,7 @@ from conftest import ROOT, TINY, tiny_model
 from safetensors.torch import load_file, save_file
 
 from layergeom import config as lgconfig
-from layergeom import corpus, io, models, runtime, store
+from layergeom import corpus, fetch, io, models, runtime, store
 from layergeom.adapters import get_adapter
 from layergeom.runtime import LayergeomError
 
@@ -393,11 +393,9 @@ def test_offline_hub_fails_within_seconds_without_hf_hub_offline(tmp_path, monke
     for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: connection refused at once
-    assert "127.0.0.1:9" in models.hub_unreachable()
-    mcfg = {"source": "hub", "family": "gpt_neox", "id": "EleutherAI/pythia-14m", "n_layers": 6,
-            "checkpoints": {"step0": {"revision": "step0"}}}  # fmt: skip
+    assert "127.0.0.1:9" in fetch.hub_unreachable()
     t0 = time.perf_counter()
     with pytest.raises(LayergeomError, match=r"no network: 127\.0\.0\.1:9 unreachable.*embedded default"):
-        models.materialize("p", "step0", mcfg, tmp_path / "out")
+        fetch.download_hub("EleutherAI/pythia-14m", "step0", tmp_path / "out")  # the `download` rule's work
     assert time.perf_counter() - t0 < 10
     assert os.listdir(tmp_path) == []

@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 pytest.register_assert_rewrite("lg_runs")
-from lg_runs import RuleInfo, workflow_rules  # noqa: E402
+from lg_runs import TEST_CONFIG_FILE, RuleInfo, workflow_rules  # noqa: E402
 
 tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python >= 3.11 (tomllib)")
 
@@ -43,8 +43,12 @@ IMPORT_TO_DIST = {"sklearn": "scikit-learn", "yaml": "pyyaml", "PIL": "pillow", 
 
 # ---- the workflow's rules ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def rules() -> tuple[RuleInfo, ...]:
-    return workflow_rules()
+def rules(tmp_path_factory) -> tuple[RuleInfo, ...]:
+    """The rules as the test config has them, and again with `conda_torch: cuda` (the model rules' CUDA env)."""
+    cfg = yaml.safe_load(TEST_CONFIG_FILE.read_text())
+    cuda = tmp_path_factory.mktemp("cuda") / "config.yaml"
+    cuda.write_text(yaml.safe_dump({**cfg, "conda_torch": "cuda"}))
+    return workflow_rules() + workflow_rules(cuda)
 
 
 # ---- environments -----------------------------------------------------------------------------------

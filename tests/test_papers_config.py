@@ -79,6 +79,10 @@ def test_papers_dag_fans_out_offline(papers, dry_run):
     per_layer = sum(n_ck[m] * c["n_layers"] for m, c in models.items())
     assert dry_run["materialize"] == dry_run["activations"] == dry_run["manifest"] == per_checkpoint
     assert dry_run["windows"] == len(models)
+    # each hub revision is downloaded once, on the submitting host (`download` is a local rule)
+    assert dry_run["download"] == sum(
+        1 for m in models.values() for c in m["checkpoints"].values() if not (c or {}).get("init")
+    )
     assert dry_run["tokenwise_fit"] == per_layer
     for rule in ("tokenwise_kl", "tokenwise_summary", "spectra_table", "topology_coupling"):
         assert dry_run[rule] == per_checkpoint, rule

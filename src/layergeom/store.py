@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .names import FINAL, parse_boundary
+from .names import FINAL, block_input_names, kept_boundaries, parse_boundary  # noqa: F401  (re-exported)
 from .runtime import LayergeomError, atomic_path, progress
 
 log = logging.getLogger("layergeom")
@@ -143,34 +143,6 @@ class ActivationStore:
     def token_ids(self) -> np.ndarray:
         """(n_windows, window_tokens) token ids."""
         return self.index[:, 2].reshape(self.n_windows, self.window_tokens)
-
-
-def block_input_names(boundaries: list[str]) -> list[str]:
-    """The first boundary of each block (its input h_l), then ``final``: what the tokenwise stage reads."""
-    firsts: dict[int, str] = {}
-    for b in boundaries:
-        firsts.setdefault(parse_boundary(b)[0], b)
-    return [firsts[l] for l in sorted(firsts)] + [FINAL]
-
-
-def kept_boundaries(boundaries: list[str], setting) -> list[str]:
-    """``activations.boundaries`` -> the boundaries a store keeps, in depth order (``final`` is always kept).
-
-    ``all`` keeps every boundary; ``block_inputs`` the block inputs (all the tokenwise stage reads); a list
-    names the boundaries to keep, each of which must be a boundary of the model.
-    """
-    if setting in (None, "all"):
-        return list(boundaries)
-    if setting == "block_inputs":
-        return block_input_names(boundaries)[:-1]
-    if isinstance(setting, str):
-        raise LayergeomError(f"activations.boundaries: '{setting}' is not all, block_inputs or a list of boundaries")
-    unknown = sorted(set(setting) - set(boundaries))
-    if unknown:
-        raise LayergeomError(
-            f"activations.boundaries: {unknown} are not boundaries of this model ({boundaries[:3]}...)"
-        )
-    return [b for b in boundaries if b in set(setting)]
 
 
 def _first_bad_window(x, start: int, T: int) -> int | None:

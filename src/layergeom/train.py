@@ -17,22 +17,9 @@ import torch
 
 from .models import build_random, save_checkpoint
 from .runtime import LayergeomError, atomic_path, progress
+from .schedule import log_spaced_steps  # noqa: F401  (torch-free: the DAG is built from it)
 
 log = logging.getLogger("layergeom")
-
-
-def log_spaced_steps(total: int, n: int) -> list[int]:
-    """Step 0 plus n-1 roughly log-spaced steps ending at `total` (distinct integers)."""
-    if n < 2 or total < 1:
-        raise LayergeomError("train: need at least 2 checkpoints and 1 step")
-    steps = {0, total}
-    for x in np.geomspace(1, total, n - 1):
-        steps.add(int(round(x)))
-    steps = sorted(steps)
-    while len(steps) > n:  # drop the most crowded interior step
-        gaps = [math.log((steps[i + 1] + 1) / (steps[i - 1] + 1)) for i in range(1, len(steps) - 1)]
-        steps.pop(1 + int(np.argmin(gaps)))
-    return steps
 
 
 def split_windows(tokens: np.ndarray, heldout_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

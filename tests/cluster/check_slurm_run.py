@@ -9,6 +9,9 @@ Every job's log under WORKDIR/logs starts with the line that `layergeom.workflow
 - every other job ran under its own SLURM job id, which SLURM knows (`squeue --states=all`, kept for
   MinJobAge) as COMPLETED, submitted from this working directory, for this rule (the plugin's
   `--comment rule_<rule>...`), with a `.snakemake/slurm_logs/` log;
+- except the jobs of rules with a `group:` (the per-layer tokenwise fits): those whose logs share a folder
+  (logs/<rule>/<model>/<checkpoint>/) ran together in one SLURM job, submitted as that group, and no two
+  folders share one (one cluster job per (model, checkpoint));
 - the jobs that asked SLURM for a GPU (`gres:gpu` in SLURM's record) saw CUDA_VISIBLE_DEVICES and the
   others did not; with --expect-gpu at least one job asked for one;
 - SLURM ran no other job from this working directory (nothing submitted twice or left over).
@@ -43,6 +46,16 @@ def local_rules(root: Path = ROOT) -> set[str]:
     return names
 
 
+def grouped_rules(root: Path = ROOT) -> set[str]:
+    """Rule names whose definition has a `group:` directive."""
+    names: set[str] = set()
+    for f in [root / "Snakefile", *sorted((root / "rules").glob("*.smk"))]:
+        for rule in re.finditer(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", f.read_text(), flags=re.M | re.S):
+            if re.search(r"^\s+group:", rule.group(2), flags=re.M):
+                names.add(rule.group(1))
+    return names
+
+
 def read_job_lines(workdir: Path) -> tuple[list[dict], list[str]]:
     jobs, missing = [], []
     for log in sorted((workdir / "logs").rglob("*.log")):
@@ -71,17 +84,21 @@ def slurm_records(workdir: Path) -> dict[str, dict]:
 
 
 def plugin_logs(workdir: Path) -> dict[str, str]:
-    """SLURM job id -> rule, from the plugin's .snakemake/slurm_logs/rule_<rule>/**/<jobid>.log."""
+    """SLURM job id -> rule (or `group_<group job name>`), from the plugin's
+    .snakemake/slurm_logs/{rule_<rule>,group_<name>}/**/<jobid>.log."""
     found = {}
-    for f in (workdir / ".snakemake" / "slurm_logs").glob("rule_*/**/*.log"):
-        if f.stem.isdigit():
-            found[f.stem] = f.relative_to(workdir / ".snakemake" / "slurm_logs").parts[0][len("rule_") :]
+    for pattern in ("rule_*/**/*.log", "group_*/**/*.log"):
+        for f in (workdir / ".snakemake" / "slurm_logs").glob(pattern):
+            if f.stem.isdigit():
+                top = f.relative_to(workdir / ".snakemake" / "slurm_logs").parts[0]
+                found[f.stem] = top[len("rule_") :] if top.startswith("rule_") else top
     return found
 
 
 def check(workdir: Path, expect_gpu: bool) -> list[str]:
     errors: list[str] = []
     local = local_rules()
+    grouped = grouped_rules()
     jobs, missing = read_job_lines(workdir)
     if not jobs:
         return [f"no job logs under {workdir / 'logs'}"]
@@ -89,6 +106,7 @@ def check(workdir: Path, expect_gpu: bool) -> list[str]:
     records = slurm_records(workdir)
     plogs = plugin_logs(workdir)
     seen: Counter[str] = Counter()
+    group_ids: dict[tuple[str, str], set[str]] = defaultdict(set)  # (rule, log folder) -> SLURM ids
     table: dict[str, Counter] = defaultdict(Counter)
     for j in jobs:
         rule, sid, cuda = j["rule"], j["slurm"], j["cuda"]
@@ -104,16 +122,24 @@ def check(workdir: Path, expect_gpu: bool) -> list[str]:
             continue
         seen[sid] += 1
         row["slurm"] += 1
+        if rule in grouped:
+            group_ids[(rule, str(Path(j["log"]).parent))].add(sid)
         rec = records.get(sid)
         if rec is None:
             errors.append(f"{j['log']}: SLURM has no record of job {sid} from {workdir} (MinJobAge too short?)")
             continue
         if rec["state"] != "COMPLETED":
             errors.append(f"{j['log']}: SLURM job {sid} is {rec['state']}")
-        if rec["comment"] != f"rule_{rule}" and not rec["comment"].startswith(f"rule_{rule}_wildcards_"):
-            errors.append(f"{j['log']}: SLURM job {sid} was submitted for '{rec['comment']}', not rule {rule}")
-        if plogs.get(sid) != rule:
-            errors.append(f"{j['log']}: no .snakemake/slurm_logs/rule_{rule}/**/{sid}.log")
+        if rule in grouped:  # the group job's name: <group id>_<its rules>
+            if not (rec["comment"].startswith("rule_") and rec["comment"].endswith(f"_{rule}")):
+                errors.append(f"{j['log']}: SLURM job {sid} was submitted for '{rec['comment']}', not a {rule} group")
+            if not (plogs.get(sid, "").startswith("group_") and plogs[sid].endswith(f"_{rule}")):
+                errors.append(f"{j['log']}: no .snakemake/slurm_logs/group_*_{rule}/**/{sid}.log")
+        else:
+            if rec["comment"] != f"rule_{rule}" and not rec["comment"].startswith(f"rule_{rule}_wildcards_"):
+                errors.append(f"{j['log']}: SLURM job {sid} was submitted for '{rec['comment']}', not rule {rule}")
+            if plogs.get(sid) != rule:
+                errors.append(f"{j['log']}: no .snakemake/slurm_logs/rule_{rule}/**/{sid}.log")
         asked_gpu = "gpu" in rec["gres"]
         if asked_gpu:
             row["gpu"] += 1
@@ -121,7 +147,16 @@ def check(workdir: Path, expect_gpu: bool) -> list[str]:
                 errors.append(f"{j['log']}: SLURM job {sid} was given a GPU but CUDA_VISIBLE_DEVICES is unset")
         elif cuda != "none":
             errors.append(f"{j['log']}: SLURM job {sid} asked for no GPU but saw CUDA_VISIBLE_DEVICES={cuda}")
-    errors += [f"SLURM job {sid} is named in {n} job logs" for sid, n in seen.items() if n > 1]
+    owners: dict[str, list[str]] = defaultdict(list)
+    for (rule, folder), sids in sorted(group_ids.items()):
+        if len(sids) != 1:
+            errors.append(
+                f"{folder}: the {rule} jobs ran in {len(sids)} SLURM jobs ({', '.join(sorted(sids))}), not one"
+            )
+        for sid in sids:
+            owners[sid].append(folder)
+    errors += [f"SLURM job {sid} ran the groups of {', '.join(f)}" for sid, f in owners.items() if len(f) > 1]
+    errors += [f"SLURM job {sid} is named in {n} job logs" for sid, n in seen.items() if n > 1 and sid not in owners]
     extra = sorted(set(records) - set(seen), key=int)
     if extra:
         errors.append(f"SLURM ran jobs from {workdir} that no job log names: {', '.join(extra)}")
@@ -129,6 +164,8 @@ def check(workdir: Path, expect_gpu: bool) -> list[str]:
     if expect_gpu and n_gpu == 0:
         errors.append("no job asked SLURM for a GPU (run with --config device=auto)")
 
+    n_groups = {rule: len({f for (r, f) in group_ids if r == rule}) for rule in grouped}
+    print(f"grouped: {', '.join(f'{r} in {n} SLURM job(s)' for r, n in sorted(n_groups.items()) if n) or 'none'}")
     print(f"{'rule':32} {'jobs':>5} {'local':>6} {'slurm':>6} {'gpu':>4}")
     for rule in sorted(table):
         r = table[rule]
@@ -147,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     for e in errors:
         print(f"FAIL: {e}")
     if not errors:
-        print("OK: every non-local job ran as its own SLURM job; GPU jobs saw CUDA_VISIBLE_DEVICES")
+        print("OK: every non-local job ran in its own SLURM job (grouped fits: one per model and checkpoint);")
+        print("    GPU jobs saw CUDA_VISIBLE_DEVICES")
     return 1 if errors else 0
 
 

@@ -25,6 +25,8 @@ WORKDIR=${SLURM_TEST_WORKDIR:-$(mktemp -d /tmp/layergeom-slurm.XXXXXX)}
 export SLURM_LOCAL_FAKE_GPUS=${SLURM_LOCAL_FAKE_GPUS:-2}
 # finished jobs stay in `squeue --states=all` for an hour, so the check below sees every job of the run
 export SLURM_LOCAL_MIN_JOB_AGE=${SLURM_LOCAL_MIN_JOB_AGE:-3600}
+# the fake GPUs give jobs CUDA_VISIBLE_DEVICES but no CUDA: let GPU jobs run on the CPU (sbatch exports it)
+export LAYERGEOM_ALLOW_CPU_FALLBACK=1
 
 t0=$(date +%s)
 say() { echo "[run-slurm $(($(date +%s) - t0))s] $*"; }

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# gpu_check.sh - the CUDA path on one GPU in about 5 minutes, results to one Markdown file:
+#   1. the whole test config (config/test.yaml, five tiny families) end to end with `device: cuda`;
+#   2. float32 vs bfloat16 weights (`models.<m>.dtype`) of two tiny models: how far the result tables move
+#      (skipped, with a note, when this version of the workflow has no dtype key);
+#   3. bench/gpu_jacobians.py: the exact Jacobians at d=4096 (structured and autodiff, timed, FLOP rate).
+#
+#   bash bench/gpu_check.sh [OUTDIR]       # OUTDIR default: $OUT, else bench/results
+#
+# Needs a Python with torch (a CUDA build), transformers, snakemake and the project's other dependencies
+# (PYTHON=..., default .venv/bin/python, else python3); it installs nothing (GPU machines may be offline) and
+# stops at once with a message when torch, CUDA or snakemake is missing. Each stage has its own time limit
+# (GPU_CHECK_E2E_S, GPU_CHECK_DTYPE_S, GPU_CHECK_JAC_S seconds); a stage that fails or runs out is reported
+# and the next one still runs. Exit status: 0 when every stage that ran passed.
+# GPU_CHECK_DEVICE=cpu runs the same stages on the CPU (small Jacobian width), to try the script without a GPU.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUTDIR=${1:-${OUT:-$ROOT/bench/results}}
+E2E_S=${GPU_CHECK_E2E_S:-150}
+DTYPE_S=${GPU_CHECK_DTYPE_S:-75}
+JAC_S=${GPU_CHECK_JAC_S:-90}
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
+elif [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python
+else PY=$(command -v python3 || true); fi
+[ -n "$PY" ] || { echo "gpu_check: no python3 found (set PYTHON)"; exit 2; }
+mkdir -p "$OUTDIR"
+REPORT=$OUTDIR/gpu_check.md
+WORK=$(mktemp -d /tmp/layergeom-gpu-check.XXXXXX)
+NCPU=$(nproc 2>/dev/null || echo 4)
+t0=$(date +%s)
+say() { echo "[gpu_check $(($(date +%s) - t0))s] $*"; }
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+cd "$ROOT" || exit 2
+
+# ---- 0. what this machine has ----------------------------------------------------------------------
+"$PY" - "$REPORT" "$DEVICE" <<'EOF' || exit 2
+import importlib.util, platform, subprocess, sys, time
+report, device = sys.argv[1:]
+missing = [m for m in ("torch", "transformers", "snakemake", "yaml", "jsonschema", "scipy", "pandas")
+           if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"gpu_check: {sys.executable} lacks {', '.join(missing)}: install the project first "
+             "(bash tools/install.sh with LAYERGEOM_TORCH set to a CUDA wheel) or set PYTHON")
+import torch
+if device == "cuda" and not torch.cuda.is_available():
+    sys.exit(f"gpu_check: torch {torch.__version__} (CUDA build: {torch.version.cuda}) sees no CUDA device")
+try:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=60).stdout.strip()
+except (OSError, subprocess.SubprocessError):
+    smi = ""
+with open(report, "w") as fh:
+    fh.write(f"# GPU check ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
+             f"- device {device}: "
+             f"{torch.cuda.get_device_name(0) if device == 'cuda' else 'CPU'} ({smi or 'no nvidia-smi'})\n"
+             f"- python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+             f"{platform.machine()}, {__import__('os').cpu_count()} CPUs\n\n")
+print(open(report).read())
+EOF
+status=0
+note() { echo "$*" >>"$REPORT"; }
+
+# ---- 1. the test config end to end on the GPU -------------------------------------------------------
+# Tiny models: several GPU jobs share the one GPU (--resources gpu=8 lifts the one-job-per-GPU default).
+say "1. config/test.yaml end to end with device=$DEVICE (limit ${E2E_S}s)"
+s=$(date +%s)
+timeout --kill-after=20 "$E2E_S" "$PY" -m snakemake -s "$ROOT/Snakefile" -d "$WORK/e2e" --cores "$NCPU" \
+    --resources gpu=8 --configfile config/test.yaml --config device="$DEVICE" -q >"$WORK/e2e.log" 2>&1
+rc=$?
+e=$(($(date +%s) - s))
+n_tables=$(find "$WORK/e2e/results" -name '*.tsv' 2>/dev/null | wc -l)
+n_gpu_logs=$(grep -rl "cuda_visible_devices=[0-9]" "$WORK/e2e/logs" 2>/dev/null | wc -l)
+note "## 1. config/test.yaml end to end, device: $DEVICE"
+note ""
+if [ $rc -eq 0 ]; then
+    note "OK in ${e} s on ${NCPU} CPUs: ${n_tables} tables; ${n_gpu_logs} job logs show a visible GPU."
+    note ""
+    "$PY" bench/e2e_summary.py "$WORK/e2e" --out "$WORK/e2e.md" --wall "$e" >/dev/null 2>&1 \
+        && sed -n '/^|/p' "$WORK/e2e.md" >>"$REPORT"
+else
+    status=1
+    note "FAILED (exit $rc$([ $rc -ge 124 ] && echo ', time limit') after ${e} s). Last lines:"
+    note '```'
+    tail -n 30 "$WORK/e2e.log" >>"$REPORT"
+    grep -rl "Error\|error" "$WORK/e2e/logs" 2>/dev/null | head -3 | xargs -r tail -n 15 >>"$REPORT"
+    note '```'
+fi
+note ""
+say "   exit $rc in ${e}s"
+
+# ---- 2. float32 vs bfloat16 weights -----------------------------------------------------------------
+say "2. float32 vs bfloat16 (limit ${DTYPE_S}s)"
+note "## 2. float32 vs bfloat16 weights (tiny-llama, tiny-gpt2; device $DEVICE)"
+note ""
+if ! "$PY" -c "
+import sys, yaml
+m = yaml.safe_load(open('config/schema/config.schema.yaml'))['\$defs']['model']['properties']
+sys.exit(0 if 'dtype' in m else 1)"; then
+    note "Skipped: this version of the workflow has no \`models.<m>.dtype\` key."
+    say "   skipped (no models.<m>.dtype)"
+else
+    for dt in float32 bfloat16; do
+        "$PY" - "$dt" "$WORK/dtype-$dt.yaml" "$DEVICE" <<'EOF'
+import sys, yaml
+dt, dst, device = sys.argv[1:]
+cfg = yaml.safe_load(open("config/test.yaml"))
+cfg["models"] = {m: {**cfg["models"][m], "dtype": dt} for m in ("tiny-llama", "tiny-gpt2")}
+cfg["device"] = device
+yaml.safe_dump(cfg, open(dst, "w"), sort_keys=False)
+EOF
+    done
+    s=$(date +%s)
+    targets=()
+    for m in tiny-llama tiny-gpt2; do
+        targets+=("results/$m/init/spectra.tsv" "results/$m/init/tokenwise.tsv" "results/$m/init/cumulative.tsv")
+    done
+    pids=()
+    for dt in float32 bfloat16; do
+        timeout --kill-after=20 "$DTYPE_S" "$PY" -m snakemake "${targets[@]}" -s "$ROOT/Snakefile" \
+            -d "$WORK/$dt" --cores $((NCPU / 2 > 1 ? NCPU / 2 : 1)) --resources gpu=4 \
+            --configfile "$WORK/dtype-$dt.yaml" -q >"$WORK/$dt.log" 2>&1 &
+        pids+=($!)
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    e=$(($(date +%s) - s))
+    if [ $rc -eq 0 ]; then
+        note "Both runs in ${e} s. Weights are rounded to bfloat16 (a relative 2^-9 per weight), the Jacobians, fits"
+        note "and KL compute in float32 in both runs:"
+        note ""
+        "$PY" bench/dtype_agreement.py "$WORK/float32" "$WORK/bfloat16" --labels float32 bfloat16 \
+            --out "$REPORT" >/dev/null || status=1
+    else
+        status=1
+        note "FAILED (exit $rc after ${e} s). Last lines:"
+        note '```'
+        tail -n 15 "$WORK/float32.log" "$WORK/bfloat16.log" >>"$REPORT"
+        note '```'
+    fi
+    say "   exit $rc in ${e}s"
+fi
+note ""
+
+# ---- 3. the Jacobian bench at d=4096 ----------------------------------------------------------------
+say "3. bench/gpu_jacobians.py at d=4096 (limit ${JAC_S}s)"
+note "## 3. Exact Jacobians (bench/gpu_jacobians.py: d=4096 on the GPU)"
+note ""
+s=$(date +%s)
+jac_args=(--budget-s $((JAC_S - 30)) --out "$OUTDIR")
+[ "$DEVICE" = cuda ] || jac_args+=(--device cpu --d 256 --n-samples 8)
+timeout --kill-after=20 "$JAC_S" "$PY" bench/gpu_jacobians.py "${jac_args[@]}" >"$WORK/jac.log" 2>&1
+rc=$?
+e=$(($(date +%s) - s))
+note '```'
+if [ $rc -eq 0 ]; then
+    grep '^\[' "$WORK/jac.log" | cut -c1-400 >>"$REPORT"  # one progress line per stage
+else
+    status=1
+    tail -n 40 "$WORK/jac.log" >>"$REPORT"
+fi
+note '```'
+note ""
+if [ $rc -eq 0 ]; then
+    note "In ${e} s; all numbers in gpu_jacobians.json next to this report."
+else
+    note "FAILED (exit $rc$([ $rc -ge 124 ] && echo ', time limit') after ${e} s)."
+fi
+say "   exit $rc in ${e}s"
+
+note ""
+note "Total $(($(date +%s) - t0)) s; work directory $WORK; exit status $status."
+say "report: $REPORT (exit $status)"
+exit $status

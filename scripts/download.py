@@ -1,0 +1,11 @@
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
+from layergeom import fetch
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+with job(sm):
+    fetch.download_hub(
+        sm.params.model_id, sm.params.revision, sm.output[0], trust_remote_code=sm.params.trust_remote_code
+    )
