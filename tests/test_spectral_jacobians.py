@@ -379,7 +379,7 @@ def test_boundary_jacobians_from_store(tmp_path, llama_store, context, samples, 
         assert list(tab.columns) == pipeline.SUMMARY_COLUMNS and len(tab) == min(6, len(rows))
         np.testing.assert_array_equal(tab["window"], win[tab["sample"]])
         np.testing.assert_array_equal(tab["position"], pos[tab["sample"]])
-        sel = ref[torch.as_tensor(tab["sample"].to_numpy())]
+        sel = ref[torch.as_tensor(np.array(tab["sample"]))]
         np.testing.assert_allclose(tab["fro_norm"], torch.linalg.matrix_norm(sel).numpy(), rtol=2e-5)
         np.testing.assert_allclose(tab["trace"], sel.diagonal(dim1=1, dim2=2).sum(-1).numpy(), atol=2e-5 * scale)
         np.testing.assert_allclose(tab["x_norm"], cap[n][win, pos][tab["sample"]].double().norm(dim=-1), rtol=1e-5)

@@ -126,6 +126,7 @@ def _branch_sums(br: Branch, x: torch.Tensor, groups: torch.Tensor, n_groups: in
     chunk = max(1, CHUNK_ELEMENTS // (m_max * 4))
     # per group: the weights of each core term's diagonal, and the d×d sum of the low-rank terms
     weights: list[torch.Tensor] | None = None
+    Rs: list[torch.Tensor] | None = None
     low = torch.zeros(n_groups, d, d, dtype=f64, device=x.device)
     scale_post = None
     for start in range(0, N, chunk):
@@ -134,13 +135,14 @@ def _branch_sums(br: Branch, x: torch.Tensor, groups: torch.Tensor, n_groups: in
         y, terms = core_terms(br.core, P.out)
         Q = norm_jacobian(br.post, y)
         scale_post = Q.scale
-        Rs = [R * scale_pre for _, _, R in terms]  # R_t D_P  (m, d)
-        if weights is None:
-            weights = [torch.zeros(n_groups, R.shape[0], dtype=f64, device=x.device) for R in Rs]
+        if Rs is None:  # the weights are the same for every chunk
+            Rs = [R if br.pre is None else R * scale_pre for _, _, R in terms]  # R_t D_P  (m, d)
+            # (G, m), or (G, 1) for a term without diagonal (attention): its product is shared by all groups
+            weights = [torch.zeros(n_groups, 1 if g is None else R.shape[0], dtype=f64, device=x.device)
+                       for (_, g, _), R in zip(terms, Rs)]  # fmt: skip
         w = (Q.c * P.c).to(f64)  # (n,)
         for t, (_, g, _) in enumerate(terms):
-            gw = w[:, None] if g is None else w[:, None] * g.to(f64)  # (n, m) or (n, 1)
-            weights[t].index_add_(0, gs, gw.expand(len(xs), Rs[t].shape[0]))
+            weights[t].index_add_(0, gs, w[:, None] if g is None else w[:, None] * g.to(f64))
         k, kq = P.U.shape[1], Q.U.shape[1]
         if k == 0 and kq == 0:
             continue
@@ -166,6 +168,9 @@ def _branch_sums(br: Branch, x: torch.Tensor, groups: torch.Tensor, n_groups: in
     # the diagonal terms: one L diag(ŵ_g) R D_P product per term and group, batched over groups
     total = low
     for (L, _, _), R, wt in zip(terms, Rs, weights):
+        if wt.shape[1] == 1:  # no diagonal: ŵ_g L R D_P, one product for every group
+            total += wt[:, :, None] * (L @ R).to(f64)[None]
+            continue
         m = L.shape[1]
         per = max(1, PRODUCT_ELEMENTS // (d * m))
         for g0 in range(0, n_groups, per):
