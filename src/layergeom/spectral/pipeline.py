@@ -53,16 +53,20 @@ def _file_id(path) -> dict:
     return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def resume_key(store, name: str, settings: JacobianSettings, seed: int, weights) -> str:
-    """sha256 of everything a boundary's files depend on: the weights (file identity, or the tensors'
-    hash when the model did not come from a file), the activation store (its store.json, index and the
-    boundary's states), the settings and the seed."""
+def weights_id(weights, model) -> dict | str:
+    """The weights file's identity (path, size, mtime), or the tensors' hash for a model not read from a file."""
     from ..models import weights_sha256
 
+    return weights_sha256(model.state_dict()) if weights is None else _file_id(weights)
+
+
+def resume_key(store, name: str, settings: JacobianSettings, seed: int, weights: dict | str) -> str:
+    """sha256 of everything a boundary's files depend on: the weights (:func:`weights_id`), the activation
+    store (its store.json, index and the boundary's states), the settings and the seed."""
     ids = {
         "format": RESUME_FORMAT,
         "boundary": name,
-        "weights": _file_id(weights) if isinstance(weights, (str, Path)) else weights_sha256(weights.state_dict()),
+        "weights": weights,
         "store": (store.path / "store.json").read_text(),
         "index": _file_id(store.path / "index.npy"),
         "states": _file_id(store.path / f"{name}.npy"),
@@ -127,13 +131,13 @@ def boundary_jacobians(
         "%d samples (%s of %d windows), %d groups, summaries on %d; dtype %s, context %s, method %s",
         len(rows), samples, len(np.unique(windows)), n_groups, len(summary_idx), cfg.dtype, cfg.context, cfg.method,
     )  # fmt: skip
-    weights = adapter.model if weights is None else weights
+    wid = weights_id(weights, adapter.model)
     results, reused = {}, []
     for name in progress(boundaries, desc="jacobians", unit="boundary"):
         if name not in store.names:
             raise LayergeomError(f"boundary {name} is not in the activation store {store.path}")
         work = Path(outputs[name]["npy"]).parent / PARTIAL
-        key = resume_key(store, name, cfg, seed, weights)
+        key = resume_key(store, name, cfg, seed, wid)
         if _finished(work, name, key):
             log.info("%s: reusing the finished result in %s", name, work)
             reused.append(name)

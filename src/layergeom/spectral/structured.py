@@ -120,8 +120,6 @@ def _branch_sums(br: Branch, x: torch.Tensor, groups: torch.Tensor, n_groups: in
     if N == 0:
         raise ValueError("no samples")
     f64 = torch.float64
-    pre = norm_jacobian(br.pre, x[:1])
-    scale_pre = pre.scale  # (d,)
     m_max = _inner_width(Sublayer((br,)))
     chunk = max(1, CHUNK_ELEMENTS // (m_max * 4))
     # per group: the weights of each core term's diagonal, and the d×d sum of the low-rank terms
@@ -136,7 +134,7 @@ def _branch_sums(br: Branch, x: torch.Tensor, groups: torch.Tensor, n_groups: in
         Q = norm_jacobian(br.post, y)
         scale_post = Q.scale
         if Rs is None:  # the weights are the same for every chunk
-            Rs = [R if br.pre is None else R * scale_pre for _, _, R in terms]  # R_t D_P  (m, d)
+            Rs = [R if br.pre is None else R * P.scale for _, _, R in terms]  # R_t D_P  (m, d)
             # (G, m), or (G, 1) for a term without diagonal (attention): its product is shared by all groups
             weights = [torch.zeros(n_groups, 1 if g is None else R.shape[0], dtype=f64, device=x.device)
                        for (_, g, _), R in zip(terms, Rs)]  # fmt: skip
