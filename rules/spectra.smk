@@ -7,6 +7,16 @@
 # on a GPU node), while the outputs must stay one file per boundary (the topology stage reads
 # jacobians/{boundary}.npy). The boundary list is known from the config, so each model gets its own
 # rule with the exact list of outputs; checkpoints remain the wildcard that fans out.
+# The job is resumable: finished boundaries wait in jacobians/.partial/ (not an output, so Snakemake
+# keeps it when it deletes a failed job's outputs) and a rerun with the same inputs and settings reuses them.
+from layergeom.spectral.jacobians import JacobianSettings
+
+
+def jacobian_settings(model):
+    """Only the spectra keys the Jacobian job reads: changing a metric's key does not recompute Jacobians."""
+    return JacobianSettings.from_config(section(model, "spectra")).as_dict()
+
+
 for _m in MODELS:
 
     rule:
@@ -17,10 +27,12 @@ for _m in MODELS:
             activations=activations_for("spectra", _m),
         output:
             npy=spectra_jacobians(_m, "{checkpoint}", "npy"),
+            groups=spectra_jacobians(_m, "{checkpoint}", "groups.npy"),
+            json=spectra_jacobians(_m, "{checkpoint}", "json"),
             tsv=spectra_jacobians(_m, "{checkpoint}", "tsv"),
         params:
             boundaries=boundaries(_m),
-            spectra=section(_m, "spectra"),
+            spectra=jacobian_settings(_m),
             run=run_settings(),
         log:
             f"logs/spectra_jacobians/{_m}/{{checkpoint}}.log",

@@ -10,20 +10,16 @@ from layergeom.store import ActivationStore
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
-cfg = sm.params.spectra
 with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
     model = models.load_model(Path(sm.input.weights).parent, device=resolve_device(sm.params.run["device"]))
     names = sm.params.boundaries
+    files = {k: sm.output[k] for k in pipeline.SUFFIXES}  # one list per kind, in boundary order
     pipeline.boundary_jacobians(
         get_adapter(model),
         ActivationStore(sm.input.activations),
         names,
-        dict(zip(names, zip(sm.output.npy, sm.output.tsv))),
-        n_samples=cfg["n_samples"],
-        context=cfg["context"],
-        chunk_size=cfg["chunk_size"],
-        autodiff=cfg["autodiff"],
-        spectral_norm=cfg["sample_spectral_norm"],
-        dtype=cfg["dtype"],
+        {n: {k: files[k][i] for k in files} for i, n in enumerate(names)},
+        pipeline.JacobianSettings(**sm.params.spectra),
         seed=sm.params.run["seed"],
+        weights=sm.input.weights,
     )

@@ -1,16 +1,29 @@
-"""Exact sublayer Jacobians: finite differences, a closed form, the naive per-sample reference, the store path."""
+"""Exact sublayer Jacobians: finite differences, a closed form, the naive per-sample reference, the structured
+mean against autodiff, samples and groups, the store path and its resumption after a crash."""
 
 from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import ROOT, tiny_model
 
 from layergeom.adapters import FAMILIES, adapter_class, get_adapter
+from layergeom.adapters import parts as P
+from layergeom.models import random_from_config
+from layergeom.runtime import LayergeomError
 from layergeom.spectral import jacobians as jac
 from layergeom.spectral import pipeline
+from layergeom.spectral import structured as st
 from layergeom.store import ActivationStore, dump_activations
 
 # transformers computes the RMSNorms of Llama, Gemma 3 and Mamba (and Mamba's SSM parameters) in float32
@@ -142,43 +155,339 @@ def test_batched_equals_naive_per_sample(family):
             assert torch.allclose(J, ref, atol=1e-5 * float(ref.abs().max()), rtol=0), (b, mode)
 
 
-def test_sample_rows():
-    rows = jac.sample_rows(n_windows=5, window_tokens=8, n_samples=10)
-    np.testing.assert_array_equal(rows, [7, 15, 23, 31, 39])  # last position of every window
-    sub = jac.sample_rows(n_windows=50, window_tokens=8, n_samples=10, seed=3)
-    assert len(sub) == 10 and len(set(sub)) == 10 and np.all(sub % 8 == 7) and np.all(np.diff(sub) > 0)
-    np.testing.assert_array_equal(sub, jac.sample_rows(50, 8, 10, seed=3))
-    assert not np.array_equal(sub, jac.sample_rows(50, 8, 10, seed=4))
-    with pytest.raises(Exception, match="at least 2 tokens"):
-        jac.sample_rows(5, 1, 3)
+def test_select_samples_and_groups():
+    T = 8
+    last = jac.select_samples(n_windows=5, window_tokens=T, n_samples=10, samples="last")
+    np.testing.assert_array_equal(last, [7, 15, 23, 31, 39])  # last position of every window
+    sub = jac.select_samples(n_windows=50, window_tokens=T, n_samples=10, samples="last", seed=3)
+    assert len(sub) == 10 and len(set(sub)) == 10 and np.all(sub % T == T - 1) and np.all(np.diff(sub) > 0)
+    np.testing.assert_array_equal(sub, jac.select_samples(50, T, 10, "last", seed=3))
+    assert not np.array_equal(sub, jac.select_samples(50, T, 10, "last", seed=4))
+    # all: every non-BOS token of the same sample windows
+    every = jac.select_samples(50, T, 10, "all", seed=3)
+    assert len(every) == 10 * (T - 1) and not np.any(every % T == 0)
+    np.testing.assert_array_equal(np.unique(every // T), sub // T)
+    # N: a seeded subset of those tokens, all of them when N is larger
+    some = jac.select_samples(50, T, 10, 20, seed=3)
+    assert len(some) == 20 and np.all(np.isin(some, every)) and np.all(np.diff(some) > 0)
+    np.testing.assert_array_equal(jac.select_samples(50, T, 10, 1000, seed=3), every)
+    with pytest.raises(LayergeomError, match="at least 2 tokens"):
+        jac.select_samples(5, 1, 3)
+    assert jac.resolve_samples(None, "isolated") == "all" and jac.resolve_samples(None, "in_context") == "last"
+    with pytest.raises(LayergeomError, match="spectra.samples"):
+        jac.resolve_samples(0, "isolated")
+
+    windows = every // T
+    groups, spans = jac.sample_groups(windows, 4)
+    assert len(spans) == 4 and np.all(np.diff(groups) >= 0)  # contiguous blocks of sorted windows
+    distinct = np.unique(windows)
+    assert [s[0] for s in spans] == [int(b[0]) for b in np.array_split(distinct, 4)]
+    for g, (first, last_w) in enumerate(spans):  # a window never straddles two groups
+        assert set(np.unique(windows[groups == g])) == {w for w in distinct if first <= w <= last_w}
+    assert len(jac.sample_groups(windows, 100)[1]) == 10  # at most one group per window
 
 
-@pytest.mark.parametrize("context", ["isolated", "in_context"])
-def test_boundary_jacobians_from_store(tmp_path, context):
+# ---- the structured mean against autodiff -------------------------------------------------------------
+BASE = dict(vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=64, max_position_embeddings=128)  # fmt: skip
+# model types beyond the tiny test models that exercise other parts: post-norms only (OLMo-2), q/k/v biases
+# (Qwen2), a parameter-free LayerNorm (OLMo)
+EXTRA = {"olmo2": BASE, "qwen2": BASE, "olmo": BASE}
+# transformers' RMSNorms (and OLMo's LayerNorm) compute in float32 inside a float64 model, so those models'
+# autodiff Jacobians carry float32 rounding; GPT-2 and GPT-NeoX run in float64 throughout
+NORMS_IN_FLOAT32 = {"llama", "gemma3", "olmo2", "qwen2", "olmo"}
+STRUCTURED = ["gpt2", "gpt_neox", "llama", "gemma3", *EXTRA]
+
+
+def model64(name: str):
+    if name in EXTRA:
+        from transformers import AutoConfig
+
+        model = random_from_config(AutoConfig.for_model(name, **EXTRA[name]), 0, torch.float64)
+    else:
+        model = tiny_model(name, dtype=torch.float64)
+    g = torch.Generator().manual_seed(9)
+    with torch.no_grad():  # every norm weight and bias away from its init (1, 0), so that each one matters
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+def states(n: int, d: int, seed: int = 1) -> torch.Tensor:
+    """Rows at three scales: at the smallest, mean(x²) is a few times a norm's eps, so that eps matters."""
+    x = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return x * torch.tensor([3e-3, 1.0, 30.0], dtype=torch.float64).repeat(n)[:n, None]
+
+
+def tolerance(name: str, sub) -> float:
+    """Rounding of sums over the widest inner dimension m, at float32 or float64 precision."""
+    eps = torch.finfo(torch.float32 if name in NORMS_IN_FLOAT32 else torch.float64).eps
+    return 8 * math.sqrt(st._inner_width(sub)) * eps
+
+
+@pytest.mark.parametrize("name", STRUCTURED)
+def test_structured_equals_autodiff_float64(name):
+    """Group sums and per-sample Jacobians from the parts equal torch.func autodiff at every boundary."""
+    ad = get_adapter(model64(name))
+    x = states(9, ad.d_model)
+    groups = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    post = 0
+    for b in ad.boundaries:
+        sub = ad.structure(b)
+        assert sub is not None, f"{name} {b}: no structure"
+        post += any(br.post is not None for br in sub.branches)
+        J = jac.isolated_jacobians(ad, b, x)  # (9, d, d) autodiff
+        ref = torch.stack([J[groups == g].sum(0) for g in range(3)])
+        sums = st.structured_sums(sub, x, groups, 3)
+        per = st.structured_sums(sub, x, torch.arange(len(x)), len(x))
+        tol = tolerance(name, sub)
+        for got, want in ((sums, ref), (per, J)):
+            err = float((got - want).abs().max() / want.abs().max())
+            assert err <= tol, f"{name} {b}: structured vs autodiff {err:.1e} > {tol:.1e}"
+        with torch.no_grad():
+            F = ad.update(b, x)
+        err = float((st.structured_forward(sub, x) - F).abs().max() / F.abs().max())
+        assert err <= tol, f"{name} {b}: update from the parts {err:.1e} > {tol:.1e}"
+    assert post == (2 * ad.n_layers if name in ("gemma3", "olmo2") else 0)  # sandwich / post-norms were described
+
+
+def test_structured_catches_a_wrong_description():
+    """The check compares the parts with the model: a wrong weight convention fails it, and auto falls back."""
+    ad = get_adapter(model64("gemma3"))
+    b = ad.boundaries[1]
+    good = ad.structure(b)
+    br = good.branches[0]
+    bad = P.Sublayer((P.Branch(br.core, pre=P.Norm("rms", br.pre.eps, br.pre.weight), post=br.post),))  # w, not 1+w
+    x = states(4, ad.d_model)
+    assert jac.check_structure(ad, b, good, x)[0]
+    ok, report = jac.check_structure(ad, b, bad, x)
+    assert not ok, report
+
+
+def test_structured_float32_matches_naive_reference():
+    """In the workflow's float32, the structured mean agrees with per-sample torch.autograd.functional.jacobian."""
+    for family in ("llama", "gpt2"):
+        ad = get_adapter(tiny_model(family))
+        x = torch.randn(12, ad.d_model, generator=torch.Generator().manual_seed(7))
+        for b in ad.boundaries:
+            sub = ad.structure(b)
+            ref = jac.naive_jacobians(ad, b, x).double().mean(0)
+            got = st.structured_sums(sub, x, torch.zeros(12, dtype=torch.long), 1)[0] / 12
+            tol = 8 * math.sqrt(st._inner_width(sub)) * torch.finfo(torch.float32).eps
+            assert float((got - ref).abs().max() / ref.abs().max()) <= tol, (family, b)
+
+
+def test_route_choice_and_fallback_logged(caplog):
+    mamba = get_adapter(tiny_model("mamba"))
+    llama = get_adapter(tiny_model("llama"))
+    route, sub, reason = jac.choose_method(mamba, "L0.block", "isolated")
+    assert (route, sub) == ("autodiff", None) and "describes no structure" in reason
+    with pytest.raises(LayergeomError, match="method: structured"):
+        jac.choose_method(mamba, "L0.block", "isolated", "structured")
+    assert jac.choose_method(llama, "L0.attn", "isolated")[0] == "structured"
+    assert jac.choose_method(llama, "L0.mlp", "in_context")[0] == "structured"  # tokenwise: same Jacobian
+    assert jac.choose_method(llama, "L0.attn", "in_context")[0] == "autodiff"
+    assert jac.choose_method(llama, "L0.attn", "isolated", "autodiff")[0] == "autodiff"
+    x = torch.randn(6, mamba.d_model, generator=torch.Generator().manual_seed(8))
+    with caplog.at_level(logging.INFO, logger="layergeom"):
+        res = jac.boundary_jacobian(mamba, "L0.block", x, np.array([0, 0, 0, 1, 1, 1]), 2, summary_idx=np.arange(2))
+    assert res.method == "autodiff"
+    assert any("autodiff" in r.getMessage() and "describes no structure" in r.getMessage() for r in caplog.records)
+    ref = jac.isolated_jacobians(mamba, "L0.block", x).double()
+    np.testing.assert_allclose(res.mean, ref.mean(0).numpy(), atol=1e-12 * float(ref.abs().max()))
+    np.testing.assert_allclose(res.group_means[1], ref[3:].mean(0).numpy(), atol=1e-12 * float(ref.abs().max()))
+
+
+def test_failed_check_falls_back_or_raises(caplog, monkeypatch):
+    ad = get_adapter(tiny_model("gemma3"))
+    good = ad.structure
+    monkeypatch.setattr(ad, "structure", lambda b: _without_offset(good(b)))
+    x = torch.randn(4, ad.d_model, generator=torch.Generator().manual_seed(8))
+    with caplog.at_level(logging.WARNING, logger="layergeom"):
+        res = jac.boundary_jacobian(ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2))
+    assert res.method == "autodiff" and any("disagrees" in r.getMessage() for r in caplog.records)
+    with pytest.raises(LayergeomError, match="disagrees"):
+        jac.boundary_jacobian(
+            ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2), method="structured"
+        )
+
+
+def _without_offset(sub):
+    with torch.no_grad():  # make the weights matter, then drop Gemma's 1 + w
+        sub.branches[0].pre.weight.normal_(generator=torch.Generator().manual_seed(3))
+    br = sub.branches[0]
+    return P.Sublayer((P.Branch(br.core, pre=P.Norm("rms", br.pre.eps, br.pre.weight), post=br.post),))
+
+
+# ---- the store path ------------------------------------------------------------------------------------------
+def outputs_for(names, folder: Path) -> dict:
+    ext = {"npy": "npy", "groups": "groups.npy", "json": "json", "tsv": "tsv"}
+    return {n: {k: folder / f"{n}.{e}" for k, e in ext.items()} for n in names}
+
+
+@pytest.fixture(scope="module")
+def llama_store(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("store")
     ad = get_adapter(tiny_model("llama"))
     windows = torch.randint(0, 512, (5, 9), generator=torch.Generator().manual_seed(6)).numpy()
-    store = dump_activations(ad, windows, tmp_path / "acts", batch_size=4)
+    dump_activations(ad, windows, tmp / "acts", batch_size=4)
+    return ad, windows, ActivationStore(tmp / "acts")
+
+
+@pytest.mark.parametrize(
+    ("context", "samples", "method"),
+    [("isolated", "all", "auto"), ("isolated", "all", "autodiff"), ("in_context", "last", "auto"),
+     ("in_context", "all", "auto"), ("isolated", 13, "auto")],
+)  # fmt: skip
+def test_boundary_jacobians_from_store(tmp_path, llama_store, context, samples, method):
+    ad, windows, store = llama_store
     names = [b.name for b in ad.boundaries]
-    outs = {n: (tmp_path / "jac" / f"{n}.npy", tmp_path / "jac" / f"{n}.tsv") for n in names}
-    res = pipeline.boundary_jacobians(
-        ad, ActivationStore(tmp_path / "acts"), names, outs, n_samples=8, context=context, chunk_size=2
-    )
+    outs = outputs_for(names, tmp_path / "jac")
+    cfg = {"n_samples": 8, "samples": samples, "context": context, "method": method, "n_groups": 2,
+           "summary_samples": 6, "chunk_size": 3}  # fmt: skip
+    res = pipeline.boundary_jacobians(ad, store, names, outs, cfg)
+    assert not (tmp_path / "jac" / pipeline.PARTIAL).exists()
+    T = windows.shape[1]
+    rows = jac.select_samples(5, T, 8, samples)
+    win, pos = rows // T, rows % T
+    cap = ad.capture(torch.as_tensor(windows))
     for n in names:
-        J = np.load(outs[n][0])
-        assert J.dtype == np.float64 and J.shape == (ad.d_model, ad.d_model)
-        tab = pd.read_csv(outs[n][1], sep="\t")
-        assert list(tab.columns) == pipeline.SUMMARY_COLUMNS
-        assert len(tab) == 5 and res[n].n_samples == 5  # fewer windows than n_samples: all of them
-        assert (tab["position"] == 8).all() and list(tab["window"]) == [0, 1, 2, 3, 4]
-        # independent recomputation from the captured stream of each window
-        cap = ad.capture(torch.as_tensor(windows))[n]  # (5, 9, d)
-        if context == "isolated":
-            ref = jac.naive_jacobians(ad, n, cap[:, -1])
-        else:
-            ref = jac.in_context_jacobians(ad, n, cap[:, :-1], cap[:, -1])
-        np.testing.assert_allclose(J, ref.double().mean(0).numpy(), atol=2e-5 * float(ref.abs().max()))
-        np.testing.assert_allclose(tab["x_norm"], cap[:, -1].double().norm(dim=-1).numpy(), rtol=1e-5)
-    assert store.n_windows == 5
+        meta = json.loads(outs[n]["json"].read_text())
+        J, G = np.load(outs[n]["npy"]), np.load(outs[n]["groups"])
+        assert J.dtype == np.float64 and J.shape == (ad.d_model, ad.d_model) and G.dtype == np.float32
+        assert meta["n_samples"] == len(rows) == res[n].n_samples and meta["samples"] == samples
+        blocks = np.array_split(np.unique(win), 2)
+        in_second = win >= blocks[1][0]
+        assert meta["group_windows"] == [[int(b[0]), int(b[-1])] for b in blocks] and len(G) == 2
+        assert meta["group_counts"] == [int(np.sum(~in_second)), int(np.sum(in_second))]
+        want_method = (
+            "autodiff" if method == "autodiff" or (context == "in_context" and n.endswith("attn")) else ("structured")
+        )
+        assert meta["method"] == want_method
+        # the total is the count-weighted mean of the group means
+        np.testing.assert_allclose(
+            J, np.tensordot(meta["group_counts"], G.astype(np.float64), 1) / meta["n_samples"],
+            atol=1e-6 * np.abs(J).max(),
+        )  # fmt: skip
+        # independent recomputation: one autodiff Jacobian per sample from the captured stream
+        ref = []
+        for w, p in zip(win, pos):
+            xs = cap[n][w : w + 1, p]
+            if context == "isolated":
+                ref.append(jac.naive_jacobians(ad, n, xs)[0])
+            else:
+                ref.append(jac.in_context_jacobians(ad, n, cap[n][w : w + 1, :p], xs)[0])
+        ref = torch.stack(ref).double()
+        scale = float(ref.abs().max())
+        np.testing.assert_allclose(J, ref.mean(0).numpy(), atol=2e-5 * scale)
+        np.testing.assert_allclose(G[1], ref[in_second].mean(0).numpy(), atol=2e-5 * scale)
+        tab = pd.read_csv(outs[n]["tsv"], sep="\t")
+        assert list(tab.columns) == pipeline.SUMMARY_COLUMNS and len(tab) == min(6, len(rows))
+        np.testing.assert_array_equal(tab["window"], win[tab["sample"]])
+        np.testing.assert_array_equal(tab["position"], pos[tab["sample"]])
+        sel = ref[torch.as_tensor(np.array(tab["sample"]))]
+        np.testing.assert_allclose(tab["fro_norm"], torch.linalg.matrix_norm(sel).numpy(), rtol=2e-5)
+        np.testing.assert_allclose(tab["trace"], sel.diagonal(dim1=1, dim2=2).sum(-1).numpy(), atol=2e-5 * scale)
+        np.testing.assert_allclose(tab["x_norm"], cap[n][win, pos][tab["sample"]].double().norm(dim=-1), rtol=1e-5)
+
+
+# ---- resuming after a crash ---------------------------------------------------------------------------------
+REAL_BOUNDARY_JACOBIAN = jac.boundary_jacobian
+
+
+def _count_calls(monkeypatch, fail_after: int | None = None) -> list[str]:
+    """Record the boundaries the job computes; raise after fail_after of them (a crash mid-job)."""
+    calls, real = [], REAL_BOUNDARY_JACOBIAN
+
+    def wrapped(adapter, b, *args, **kwargs):
+        if fail_after is not None and len(calls) == fail_after:
+            raise RuntimeError("injected crash")
+        calls.append(str(b))
+        return real(adapter, b, *args, **kwargs)
+
+    monkeypatch.setattr(jac, "boundary_jacobian", wrapped)
+    return calls
+
+
+def _files(outs) -> dict[str, bytes]:
+    return {Path(p).name: Path(p).read_bytes() for o in outs.values() for p in o.values()}
+
+
+CFG = {"n_samples": 8, "n_groups": 2, "summary_samples": 4}
+
+
+def test_resume_after_an_exception(tmp_path, llama_store, monkeypatch):
+    ad, _, store = llama_store
+    names = [b.name for b in ad.boundaries]
+    whole = outputs_for(names, tmp_path / "whole")
+    pipeline.boundary_jacobians(ad, store, names, whole, CFG)
+
+    outs = outputs_for(names, tmp_path / "jac")
+    calls = _count_calls(monkeypatch, fail_after=2)
+    with pytest.raises(RuntimeError, match="injected"):
+        pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+    assert calls == names[:2] and not any(Path(p).exists() for o in outs.values() for p in o.values())
+    calls = _count_calls(monkeypatch)
+    pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+    assert calls == names[2:]  # only the unfinished boundaries were computed
+    assert _files(outs) == _files(whole)  # byte for byte what an uninterrupted run writes
+    # finished boundaries of other settings are not reused
+    _count_calls(monkeypatch, fail_after=1)
+    with pytest.raises(RuntimeError, match="injected"):
+        pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+    calls = _count_calls(monkeypatch)
+    pipeline.boundary_jacobians(ad, store, names, outs, {**CFG, "summary_samples": 3})
+    assert calls == names
+
+
+KILLED_JOB = """
+import os, signal, sys
+sys.path[:0] = [{src!r}, {tests!r}]
+from conftest import tiny_model
+from layergeom.adapters import get_adapter
+from layergeom.spectral import jacobians as jac, pipeline
+from layergeom.store import ActivationStore
+real, done = jac.boundary_jacobian, []
+def wrapped(adapter, b, *args, **kwargs):
+    if len(done) == {k}:
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup of any kind runs
+    done.append(b)
+    return real(adapter, b, *args, **kwargs)
+jac.boundary_jacobian = wrapped
+ad = get_adapter(tiny_model("llama"))
+names = [b.name for b in ad.boundaries]
+ext = {{"npy": "npy", "groups": "groups.npy", "json": "json", "tsv": "tsv"}}
+outs = {{n: {{k: os.path.join({out!r}, n + "." + e) for k, e in ext.items()}} for n in names}}
+pipeline.boundary_jacobians(ad, ActivationStore({store!r}), names, outs, {cfg!r})
+"""
+
+
+def test_resume_after_sigkill(tmp_path, llama_store, monkeypatch):
+    ad, _, store = llama_store
+    names = [b.name for b in ad.boundaries]
+    k = 3
+    out = tmp_path / "jac"
+    script = KILLED_JOB.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, out=str(out),
+                               store=str(store.path), cfg=CFG)  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
+    partial = out / pipeline.PARTIAL
+    kept = {p.name: p.read_bytes() for p in partial.glob("L*") if p.is_file()}
+    assert len([n for n in kept if n.endswith(".json")]) == k
+    calls = _count_calls(monkeypatch)
+    outs = outputs_for(names, out)
+    pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+    assert calls == names[k:]  # only the unfinished boundaries were computed
+    for name, data in kept.items():  # the finished ones were moved into place untouched
+        if name.split(".")[0] + "." + name.split(".")[1] in names[:k]:
+            assert (out / name).read_bytes() == data, name
+    whole = outputs_for(names, tmp_path / "whole")
+    pipeline.boundary_jacobians(ad, store, names, whole, CFG)
+    for n in names:  # everything equals an uninterrupted run (up to another process's float32 rounding)
+        a, b = np.load(outs[n]["npy"]), np.load(whole[n]["npy"])
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max())
+        assert json.loads(outs[n]["json"].read_text()) == json.loads(whole[n]["json"].read_text())
 
 
 @pytest.mark.parametrize("context", ["isolated", "in_context"])
@@ -189,14 +498,14 @@ def test_token_dependent_jacobians_from_store(tmp_path, context):
     windows = torch.randint(0, 512, (4, 7), generator=torch.Generator().manual_seed(7)).numpy()
     dump_activations(ad, windows, tmp_path / "acts", batch_size=4)
     names = [b.name for b in ad.boundaries]
-    outs = {n: (tmp_path / "jac" / f"{n}.npy", tmp_path / "jac" / f"{n}.tsv") for n in names}
-    pipeline.boundary_jacobians(
-        ad, ActivationStore(tmp_path / "acts"), names, outs, n_samples=4, context=context, chunk_size=3
-    )
+    files = {"npy": "npy", "groups": "groups.npy", "json": "json", "tsv": "tsv"}
+    outs = {n: {k: tmp_path / "jac" / f"{n}.{s}" for k, s in files.items()} for n in names}
+    settings = {"n_samples": 4, "samples": "last", "context": context, "chunk_size": 3, "n_groups": 2}
+    pipeline.boundary_jacobians(ad, ActivationStore(tmp_path / "acts"), names, outs, settings)
     ids = torch.as_tensor(windows)
     cap = ad.capture(ids)
     for n in names:
-        J = np.load(outs[n][0])
+        J = np.load(outs[n]["npy"])
         if context == "isolated":  # independent recomputation, one sample at a time
             ref = jac.naive_jacobians(ad, n, cap[n][:, -1], tokens=ids[:, -1])
         else:

@@ -324,6 +324,12 @@ class Adapter:
         tok = None if tokens is None else tokens.reshape(seq.shape[:2]).to(self.device)
         return self.sublayer(b, seq, self.causal_context(seq), tok)[:, -1, :]
 
+    # ---- (b') the isolated update as parts, for the structured mean Jacobian ---------------------
+    def structure(self, b: Boundary | str):
+        """The isolated update of boundary b as a ``parts.Sublayer`` (linear maps, norms, a pointwise
+        activation), or None where the family describes none: its Jacobians are then taken by autodiff."""
+        return None
+
     # ---- (c) resume from a boundary with one position patched -----------------------------------
     @torch.no_grad()
     def clean_run(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> CleanRun:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import HF_LAYER_TYPES as _TYPES
-from .base import Adapter, cache_kwarg
+from .base import Adapter, Boundary, cache_kwarg
 
 
 class Gemma3Adapter(Adapter):
@@ -60,3 +60,21 @@ class Gemma3Adapter(Adapter):
             position_embeddings=ctx.rope[lt],
             **{cache_kwarg(block): cache},
         )
+
+    def structure(self, b):
+        from . import parts
+
+        b = Boundary.parse(b) if isinstance(b, str) else b
+        block = self.blocks()[b.layer]
+        if b.kind == "mlp":  # GeGLU between sandwich norms
+            core = parts.gated_mlp(block.mlp)
+            pre, post = block.pre_feedforward_layernorm, block.post_feedforward_layernorm
+        else:  # a length-1 softmax is 1: queries, keys, their norms and the softcap drop out
+            att = block.self_attn
+            value = parts.repeat_heads(parts.linear(att.v_proj), self.config.num_attention_heads, att.head_dim)
+            core = parts.Attention(value=value, out=parts.linear(att.o_proj))
+            pre, post = block.input_layernorm, block.post_attention_layernorm
+        pre, post = parts.rms_norm(pre, offset=1.0), parts.rms_norm(post, offset=1.0)  # Gemma scales by 1 + w
+        if core is None or pre is None or post is None:
+            return None
+        return parts.Sublayer((parts.Branch(core, pre=pre, post=post),))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Adapter, cache_kwarg
+from .base import Adapter, Boundary, cache_kwarg
 
 
 class GPT2Adapter(Adapter):
@@ -41,3 +41,20 @@ class GPT2Adapter(Adapter):
         block = self.blocks()[j]
         out = block(h, attention_mask=ctx.masks["full"], **{cache_kwarg(block): cache})
         return out[0] if isinstance(out, tuple) else out
+
+    def structure(self, b):
+        from . import parts
+
+        b = Boundary.parse(b) if isinstance(b, str) else b
+        block = self.blocks()[b.layer]
+        if b.kind == "attn":
+            attn, d = block.attn, self.d_model
+            if getattr(attn, "is_cross_attention", False):
+                return None
+            # c_attn holds [query | key | value] along its outputs; a length-1 softmax is 1
+            core = parts.Attention(value=parts.conv1d(attn.c_attn, slice(2 * d, 3 * d)), out=parts.conv1d(attn.c_proj))
+            norm = parts.layer_norm(block.ln_1)
+        else:
+            core = parts.MLP(up=parts.conv1d(block.mlp.c_fc), down=parts.conv1d(block.mlp.c_proj), act=block.mlp.act)
+            norm = parts.layer_norm(block.ln_2)
+        return None if norm is None else parts.Sublayer((parts.Branch(core, pre=norm),))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 
-from .base import HF_LAYER_TYPES, Adapter, cache_kwarg
+from .base import HF_LAYER_TYPES, Adapter, Boundary, cache_kwarg
 
 
 class LlamaAdapter(Adapter):
@@ -91,3 +91,25 @@ class LlamaAdapter(Adapter):
             position_embeddings=ctx.rope[lt],
             **{cache_kwarg(block): cache},
         )
+
+    def structure(self, b):
+        from . import parts
+
+        b = Boundary.parse(b) if isinstance(b, str) else b
+        block = self.blocks()[b.layer]
+        post = self._post_norm(block)  # OLMo-2/3: the norm follows the sublayer, there is no pre-norm
+        if b.kind == "attn":
+            att = block.self_attn
+            if getattr(self.config, "clip_qkv", None) is not None:  # OLMo's clamp of q, k, v: not linear
+                return None
+            value = parts.repeat_heads(parts.linear(att.v_proj), self.config.num_attention_heads, att.head_dim)
+            core = parts.Attention(value=value, out=parts.linear(att.o_proj))
+            norm = block.post_attention_layernorm if post else block.input_layernorm
+        else:
+            core = parts.gated_mlp(block.mlp)
+            norm = block.post_feedforward_layernorm if post else block.post_attention_layernorm
+        # OLMo(-1)'s LayerNorm has no parameters and a fixed eps of 1e-5
+        norm = parts.Norm("layer", 1e-5) if type(norm).__name__ == "OlmoLayerNorm" else parts.rms_norm(norm)
+        if core is None or norm is None:
+            return None
+        return parts.Sublayer((parts.Branch(core, post=norm) if post else parts.Branch(core, pre=norm),))

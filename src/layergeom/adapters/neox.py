@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .base import Adapter, cache_kwarg
+import torch
+
+from .base import Adapter, Boundary, cache_kwarg
 
 
 class NeoXAdapter(Adapter):
@@ -49,3 +51,21 @@ class NeoXAdapter(Adapter):
             **{cache_kwarg(block): cache},
         )
         return out[0] if isinstance(out, tuple) else out
+
+    def structure(self, b):
+        from . import parts
+
+        b = Boundary.parse(b) if isinstance(b, str) else b
+        block = self.blocks()[b.layer]
+        att, mlp = block.attention, block.mlp
+        # query_key_value holds [q | k | v] per head along its outputs; a length-1 softmax is 1
+        heads, hs = self.config.num_attention_heads, att.head_size
+        rows = torch.arange(3 * heads * hs, device=self.device).view(heads, 3, hs)[:, 2].reshape(-1)
+        qkv = att.query_key_value
+        value = parts.Linear(qkv.weight[rows], None if qkv.bias is None else qkv.bias[rows])
+        attn = parts.Attention(value=value, out=parts.linear(att.dense))
+        ff = parts.MLP(up=parts.linear(mlp.dense_h_to_4h), down=parts.linear(mlp.dense_4h_to_h), act=mlp.act)
+        ln1, ln2 = parts.layer_norm(block.input_layernorm), parts.layer_norm(block.post_attention_layernorm)
+        if ln1 is None or ln2 is None:
+            return None
+        return parts.Sublayer((parts.Branch(attn, pre=ln1), parts.Branch(ff, pre=ln2)))  # parallel residual

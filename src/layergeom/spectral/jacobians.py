@@ -3,22 +3,26 @@
 ``J_b(s) = ∂F_b/∂x`` at the state ``x_s`` of sample s at boundary b, where ``F_b`` is the adapter's
 sublayer update: isolated (``adapter.update``: x fed alone as a length-1 sequence, the paper's choice)
 or in context (``adapter.update_in_context``: the same position with its real prefix, an extension).
-Derivatives are exact reverse- or forward-mode autodiff through ``torch.func``, vmapped over the samples
-of a chunk and over the d basis vectors, so each chunk is a handful of large batched GEMMs; the mean
-J̄_b is accumulated in float64 whatever the compute dtype.
 
-A sample is the last position of a window (never the BOS position 0): one sample per window, at most
-``n_samples`` windows (a seeded subset when there are more). The samples' token ids go along with their
-states (``tokens=``), for adapters whose updates depend on the token as well (``adapter.uses_tokens``).
+Two exact routes to ``J̄_b = mean_s J_b(s)``, chosen per boundary (:func:`choose_method`) and logged:
+
+- ``structured`` (``structured.py``): where the adapter describes the isolated sublayer as parts, the mean is
+  contracted over the samples before any d×d_ff×d product, without forming the per-sample Jacobians;
+- ``autodiff``: reverse- or forward-mode autodiff through ``torch.func``, vmapped over the samples of a chunk
+  and the d basis vectors (the reference, and the route for anything not described, or in context).
+
+Samples (:func:`select_samples`) are non-BOS tokens of the sample windows, grouped into contiguous blocks of
+windows (:func:`sample_groups`) whose means give the resampling replicates. Every sum over samples is
+accumulated in float64 whatever the compute dtype. The samples' token ids go along with their states
+(``tokens=``) for adapters whose updates also read the token (``adapter.uses_tokens``, e.g. Gemma-4).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
-import pandas as pd
 import torch
 from torch.func import jacfwd, jacrev, vmap
 
@@ -94,15 +98,80 @@ def naive_jacobians(
     return torch.stack([one(xi, t) for xi, t in zip(x, tok)])  # (N, d_out, d_in)
 
 
-# ---- samples ----------------------------------------------------------------------------------
-def sample_rows(n_windows: int, window_tokens: int, n_samples: int, seed: int = 0) -> np.ndarray:
-    """Store rows of the samples: the last position of each window, a seeded subset of n_samples windows."""
-    if window_tokens < 2:
+# ---- settings ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JacobianSettings:
+    """The ``spectra`` keys the Jacobian job reads (defaults as in config/schema/spectra.schema.yaml)."""
+
+    n_samples: int = 256
+    samples: str | int | None = None
+    n_groups: int = 16
+    summary_samples: int = 64
+    method: str = "auto"
+    context: str = "isolated"
+    chunk_size: int = 16
+    autodiff: str = "rev"
+    sample_spectral_norm: bool = False
+    dtype: str = "float32"
+
+    @classmethod
+    def from_config(cls, spectra: dict) -> JacobianSettings:
+        """The Jacobian keys of a ``spectra`` section (other keys are ignored)."""
+        return cls(**{f.name: spectra[f.name] for f in fields(cls) if f.name in spectra})
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---- samples and groups ------------------------------------------------------------------------------
+def resolve_samples(samples, context: str):
+    """The ``spectra.samples`` setting with null resolved by context: ``all`` isolated, ``last`` in context."""
+    if samples is None:
+        return "all" if context == "isolated" else "last"
+    if samples in ("all", "last") or (isinstance(samples, int) and not isinstance(samples, bool) and samples >= 1):
+        return samples
+    raise LayergeomError(f"spectra.samples: '{samples}' is not one of all, last, a positive integer or null")
+
+
+def select_samples(n_windows: int, window_tokens: int, n_samples: int, samples="last", seed: int = 0) -> np.ndarray:
+    """Sorted store rows of the samples.
+
+    The sample windows are all windows, or a seeded subset of ``n_samples`` of them when there are more; of
+    those windows ``samples`` takes the last token (``last``), every non-BOS token (``all``), or a seeded
+    subset of that many non-BOS tokens (an integer; all of them when there are fewer).
+    """
+    T = window_tokens
+    if T < 2:
         raise LayergeomError("Jacobian samples need windows of at least 2 tokens (position 0 is BOS)")
     windows = np.arange(n_windows)
     if n_windows > n_samples:
         windows = np.sort(np.random.default_rng(seed).choice(n_windows, size=n_samples, replace=False))
-    return windows * window_tokens + (window_tokens - 1)
+    if samples == "last":
+        return windows * T + (T - 1)
+    rows = (windows[:, None] * T + np.arange(1, T)[None, :]).ravel()  # every non-BOS token, sorted
+    if samples == "all" or samples >= len(rows):
+        return rows
+    return np.sort(np.random.default_rng([seed, 1]).choice(rows, size=samples, replace=False))
+
+
+def sample_groups(windows: np.ndarray, n_groups: int) -> tuple[np.ndarray, list[list[int]]]:
+    """Group id of each sample (its window's block) and each group's [first, last] window.
+
+    The distinct sample windows, sorted, are split into G = min(n_groups, #windows) nearly equal contiguous
+    blocks (``np.array_split``); a window is the resampling unit, its tokens being correlated.
+    """
+    distinct = np.unique(windows)
+    blocks = np.array_split(distinct, min(n_groups, len(distinct)))
+    block_of = np.concatenate([np.full(len(b), i) for i, b in enumerate(blocks)])
+    groups = block_of[np.searchsorted(distinct, windows)]
+    return groups, [[int(b[0]), int(b[-1])] for b in blocks]
+
+
+def summary_subset(n: int, k: int, seed: int = 0) -> np.ndarray:
+    """Sorted indices of the k samples (of n) that get per-sample summaries: all when k >= n, else seeded."""
+    if k >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, 2]).choice(n, size=k, replace=False))
 
 
 # ---- per-sample summaries ---------------------------------------------------------------------
@@ -120,15 +189,138 @@ def sample_summaries(J: torch.Tensor, spectral_norm: bool = False) -> dict[str, 
     return {k: v.cpu().numpy() for k, v in out.items()}
 
 
-# ---- the mean Jacobian --------------------------------------------------------------------------
+def _concat(parts: list[dict[str, np.ndarray]], keys) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in keys}
+
+
+SUMMARY_KEYS = ("fro_norm", "trace", "asymmetry", "spectral_norm")
+
+
+# ---- the route per boundary -------------------------------------------------------------------------
+METHODS = ("auto", "structured", "autodiff")
+
+
+def choose_method(adapter: Adapter, b: Boundary | str, context: str, method: str = "auto"):
+    """(route, description or None, reason) for boundary b: ``structured`` where the adapter describes the
+    sublayer and the Jacobian is isolated (or the sublayer is tokenwise), else ``autodiff``.
+
+    ``method: structured`` makes a boundary without a usable description an error; ``autodiff`` forces autodiff.
+    """
+    b = _parse(b)
+    if method not in METHODS:
+        raise LayergeomError(f"spectra.method: '{method}' is not one of {', '.join(METHODS)}")
+    if method == "autodiff":
+        return "autodiff", None, "spectra.method: autodiff"
+    sub = adapter.structure(b)
+    if sub is None:
+        reason = f"the {adapter.family} adapter describes no structure for {b.name}"
+    elif context == "in_context" and sub.attends:
+        reason = f"{b.name} mixes tokens and the Jacobian is in context"
+    else:
+        return "structured", sub, "described as parts"
+    if method == "structured":
+        raise LayergeomError(f"spectra.method: structured, but {reason}; use method: auto or autodiff")
+    return "autodiff", None, reason
+
+
+def check_structure(adapter: Adapter, b: Boundary | str, sub, x: torch.Tensor) -> tuple[bool, str]:
+    """Compare the description with the model on a few samples x (n, d): the update F(x), and the per-sample
+    Jacobians against autodiff, both to ``structured.check_tolerance`` relative to their largest entry."""
+    from .structured import check_tolerance, structured_forward, structured_sums
+
+    b = _parse(b)
+    tol = check_tolerance(sub)
+    with torch.no_grad():
+        F_model, F_desc = adapter.update(b, x), structured_forward(sub, x)
+    J_auto = isolated_jacobians(adapter, b, x).double()
+    J_desc = structured_sums(sub, x, torch.arange(len(x)), len(x))
+    errs = {
+        "update": float((F_desc.double() - F_model.double()).abs().max() / F_model.double().abs().max()),
+        "jacobian": float((J_desc - J_auto).abs().max() / J_auto.abs().max()),
+    }
+    ok = all(e <= tol for e in errs.values())  # NaN fails
+    return ok, ", ".join(f"{k} {v:.1e}" for k, v in errs.items()) + f" (tolerance {tol:.1e})"
+
+
+# ---- the mean Jacobian of one boundary --------------------------------------------------------------
 @dataclass
-class MeanJacobian:
-    """J̄_b (float64, d×d) and one row of summaries per sample."""
+class BoundaryJacobian:
+    """J̄_b, the group means and counts, and the per-sample summaries of the summary subset."""
 
     boundary: str
     mean: np.ndarray  # (d, d) float64
-    summaries: pd.DataFrame
-    n_samples: int
+    group_means: np.ndarray  # (G, d, d) float64
+    group_counts: np.ndarray  # (G,)
+    summaries: dict[str, np.ndarray]  # per summary sample: x_norm, fro_norm, trace, asymmetry, spectral_norm
+    method: str
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.group_counts.sum())
+
+
+def _chunks(n: int, chunk_size: int, positions: np.ndarray | None = None):
+    """Index chunks of at most chunk_size samples; with positions, each chunk holds one position only."""
+    if positions is None:
+        yield from (np.arange(s, min(s + chunk_size, n)) for s in range(0, n, chunk_size))
+        return
+    for p in np.unique(positions):
+        idx = np.flatnonzero(positions == p)
+        yield from (idx[s : s + chunk_size] for s in range(0, len(idx), chunk_size))
+
+
+def autodiff_sums(
+    adapter: Adapter,
+    b: Boundary | str,
+    x: torch.Tensor,
+    groups: np.ndarray,
+    n_groups: int,
+    *,
+    prefix_of=None,
+    tokens_of=None,
+    positions: np.ndarray | None = None,
+    keep: np.ndarray | None = None,
+    chunk_size: int = 16,
+    mode: str = "rev",
+    spectral_norm: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+    """Σ_{s in g} J_b(s) per group (G, d, d) float64 by autodiff, and the summaries of the samples in keep.
+
+    x (N, d) are the sample states; prefix_of(idx) -> (c, p, d) gives the in-context prefix of samples idx,
+    which share the position p (positions (N,)); None means isolated. tokens_of(idx) gives the samples' token
+    ids, (c,) isolated or (c, p + 1) in context (None where the adapter's updates do not read tokens).
+    Tokenwise kinds (MLP, per-layer inputs) act on each position alone, so their in-context Jacobian is the
+    isolated one and skips the prefix.
+    """
+    b = _parse(b)
+    N, d = x.shape
+    keep_set = np.zeros(N, dtype=bool) if keep is None else np.isin(np.arange(N), keep)
+    tokenwise = b.kind in TOKENWISE_KINDS
+    in_context = prefix_of is not None and not tokenwise
+    sums = torch.zeros(n_groups, d, d, dtype=torch.float64, device=adapter.device)
+    parts, order = [], []
+    for idx in _chunks(N, chunk_size, positions if in_context else None):
+        xc = x[idx].to(adapter.device, dtype)  # (c, d)
+        tc = None if tokens_of is None else tokens_of(idx).to(adapter.device)  # (c,) or (c, p + 1)
+        if in_context:
+            pc = prefix_of(idx).to(adapter.device, dtype)  # (c, p, d)
+            J = in_context_jacobians(adapter, b, pc, xc, mode=mode, tokens=tc)
+        else:
+            last = None if tc is None or tc.ndim == 1 else tc[:, -1]  # (c,) the samples' own tokens
+            J = isolated_jacobians(adapter, b, xc, mode=mode, tokens=tc if last is None else last)  # (c, d, d)
+        if not torch.isfinite(J).all():
+            raise LayergeomError(f"non-finite Jacobian at {b.name} (samples {idx[0]}..{idx[-1]})")
+        sums.index_add_(0, torch.as_tensor(groups[idx], device=sums.device), J.double())
+        sel = keep_set[idx]
+        if sel.any():
+            parts.append(sample_summaries(J[torch.as_tensor(sel)], spectral_norm))
+            order.append(idx[sel])
+    summ = _concat(parts, SUMMARY_KEYS)
+    if order:  # chunks by position visit samples out of order
+        o = np.argsort(np.concatenate(order), kind="stable")
+        summ = {k: v[o] for k, v in summ.items()}
+    return sums, summ
 
 
 def mean_jacobian(
@@ -143,35 +335,94 @@ def mean_jacobian(
     spectral_norm: bool = False,
     dtype: torch.dtype = torch.float32,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Mean Jacobian J̄_b = mean_s J_b(s) over states x (N, d), chunked, accumulated in float64.
+    """J̄_b = mean_s J_b(s) by autodiff over states x (N, d), with prefixes (N, T-1, d) in context (None:
+    isolated), and the summaries of every sample (the reference route, one group). tokens are the samples'
+    token ids, (N,) or with a prefix (N, T) (None where the adapter does not read them)."""
+    N = x.shape[0]
+    if N == 0:
+        raise LayergeomError(f"no samples for the Jacobian at {_parse(b).name}")
+    prefix_of = None if prefix is None else (lambda idx: prefix[idx])
+    positions = None if prefix is None else np.full(N, prefix.shape[1])
+    tokens_of = None if tokens is None else (lambda idx: tokens[torch.as_tensor(idx)])
+    sums, summ = autodiff_sums(
+        adapter, b, x, np.zeros(N, dtype=np.int64), 1, prefix_of=prefix_of, tokens_of=tokens_of, positions=positions,
+        keep=np.arange(N), chunk_size=chunk_size, mode=mode, spectral_norm=spectral_norm, dtype=dtype,
+    )  # fmt: skip
+    summ["x_norm"] = x.double().norm(dim=-1).cpu().numpy()
+    return (sums[0] / N).cpu().numpy(), summ
 
-    prefix (N, T-1, d) selects the in-context Jacobian; None the isolated one. tokens are the samples' token
-    ids, (N,) or with a prefix (N, T) (None where the adapter does not read them). Returns J̄ (d, d) and
-    per-sample summaries. Tokenwise kinds (MLP, per-layer inputs) act on each position alone, so their
-    in-context Jacobian is the isolated one (the tests check this identity through the adapter); they skip
-    the prefix.
+
+def structured_summaries(sub, x: torch.Tensor, *, spectral_norm: bool = False) -> dict[str, np.ndarray]:
+    """Summaries of the per-sample Jacobians of x (n, d) formed from the description (one group per sample)."""
+    from .structured import PRODUCT_ELEMENTS, structured_sums
+
+    d = x.shape[1]
+    per = max(1, PRODUCT_ELEMENTS // (4 * d * d))
+    parts = []
+    for s in range(0, len(x), per):
+        xc = x[s : s + per]
+        parts.append(sample_summaries(structured_sums(sub, xc, torch.arange(len(xc)), len(xc)), spectral_norm))
+    return _concat(parts, SUMMARY_KEYS)
+
+
+def boundary_jacobian(
+    adapter: Adapter,
+    b: Boundary | str,
+    x: torch.Tensor,
+    groups: np.ndarray,
+    n_groups: int,
+    *,
+    summary_idx: np.ndarray,
+    context: str = "isolated",
+    method: str = "auto",
+    prefix_of=None,
+    tokens_of=None,
+    positions: np.ndarray | None = None,
+    chunk_size: int = 16,
+    mode: str = "rev",
+    spectral_norm: bool = False,
+    dtype: torch.dtype = torch.float32,
+    n_check: int = 2,
+) -> BoundaryJacobian:
+    """J̄_b and the group means over sample states x (N, d) with group ids (N,), by the route of
+    :func:`choose_method`; a structured route is first checked against the model on n_check samples
+    (a failed check falls back to autodiff with a warning, or is an error under ``method: structured``).
+
+    Summaries are computed for the samples summary_idx (formed from the description, or by autodiff).
     """
+    from .structured import structured_sums
+
     b = _parse(b)
-    N, d = x.shape
+    N = x.shape[0]
     if N == 0:
         raise LayergeomError(f"no samples for the Jacobian at {b.name}")
-    total = torch.zeros(d, d, dtype=torch.float64, device=adapter.device)
-    parts: list[dict[str, np.ndarray]] = []
-    tokenwise = b.kind in TOKENWISE_KINDS
-    for start in range(0, N, chunk_size):
-        xc = x[start : start + chunk_size].to(adapter.device, dtype)  # (c, d)
-        tc = None if tokens is None else tokens[start : start + chunk_size].to(adapter.device)  # (c,) or (c, T)
-        if prefix is None or tokenwise:
-            last = None if tc is None else (tc if tc.ndim == 1 else tc[:, -1])  # (c,) the samples' own tokens
-            J = isolated_jacobians(adapter, b, xc, mode=mode, tokens=last)
+    route, sub, reason = choose_method(adapter, b, context, method)
+    if sub is not None:
+        probe = summary_idx[:n_check] if len(summary_idx) else np.arange(min(n_check, N))
+        ok, report = check_structure(adapter, b, sub, x[probe].to(adapter.device, dtype))
+        if not ok:
+            msg = f"{b.name}: the structured description disagrees with the model ({report})"
+            if method == "structured":
+                raise LayergeomError(msg + "; use spectra.method: auto or autodiff")
+            log.warning("%s; falling back to autodiff", msg)
+            route, sub, reason = "autodiff", None, "the description failed its check"
         else:
-            pc = prefix[start : start + chunk_size].to(adapter.device, dtype)  # (c, T-1, d)
-            J = in_context_jacobians(adapter, b, pc, xc, mode=mode, tokens=tc)
-        if not torch.isfinite(J).all():
-            raise LayergeomError(f"non-finite Jacobian at {b.name} (samples {start}..{start + len(xc) - 1})")
-        total += J.double().sum(0)
-        s = sample_summaries(J, spectral_norm)
-        s["x_norm"] = xc.double().norm(dim=-1).cpu().numpy()
-        parts.append(s)
-    summaries = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    return (total / N).cpu().numpy(), summaries
+            log.info("%s: structured description checked on %d samples: %s", b.name, len(probe), report)
+    log.info("%s: %s J̄ over %d samples in %d groups (%s)", b.name, route, N, n_groups, reason)
+    g = torch.as_tensor(groups, dtype=torch.long)
+    if sub is not None:
+        sums = structured_sums(sub, x.to(adapter.device), g.to(adapter.device), n_groups)
+        if not torch.isfinite(sums).all():
+            raise LayergeomError(f"non-finite Jacobian at {b.name}")
+        summ = structured_summaries(sub, x[summary_idx].to(adapter.device), spectral_norm=spectral_norm)
+    else:
+        sums, summ = autodiff_sums(
+            adapter, b, x, groups, n_groups, prefix_of=prefix_of, tokens_of=tokens_of, positions=positions,
+            keep=summary_idx,
+            chunk_size=chunk_size, mode=mode, spectral_norm=spectral_norm, dtype=dtype,
+        )  # fmt: skip
+    counts = np.bincount(groups, minlength=n_groups)
+    summ["x_norm"] = x[summary_idx].double().norm(dim=-1).cpu().numpy()
+    group_means = (sums / torch.as_tensor(counts, dtype=torch.float64, device=sums.device)[:, None, None]).cpu()
+    mean = (sums.sum(0) / N).cpu().numpy()
+    return BoundaryJacobian(b.name, mean, group_means.numpy(), counts, summ, route)
