@@ -176,8 +176,13 @@ def topology_graphs(model, checkpoint, ext):
 
 
 def spectra_inputs(wildcards):
+    """The Jacobian job's files the spectral tables read: J̄_b, the group means and their counts."""
     m, c = wildcards.model, wildcards.checkpoint
-    return {"npy": spectra_jacobians(m, c, "npy"), "tsv": spectra_jacobians(m, c, "tsv")}
+    return {
+        "npy": spectra_jacobians(m, c, "npy"),
+        "groups": spectra_jacobians(m, c, "groups.npy"),
+        "meta": spectra_jacobians(m, c, "json"),
+    }
 
 
 def spectra_seed(model):

@@ -18,6 +18,8 @@ for _m in MODELS:
         output:
             npy=spectra_jacobians(_m, "{checkpoint}", "npy"),
             tsv=spectra_jacobians(_m, "{checkpoint}", "tsv"),
+            groups=spectra_jacobians(_m, "{checkpoint}", "groups.npy"),
+            meta=spectra_jacobians(_m, "{checkpoint}", "json"),
         params:
             boundaries=boundaries(_m),
             spectra=section(_m, "spectra"),
@@ -59,11 +61,12 @@ rule spectra_table:
 
 rule spectra_cumulative:
     input:
-        npy=lambda wc: spectra_jacobians(wc.model, wc.checkpoint, "npy"),
+        unpack(spectra_inputs),
     output:
         "results/{model}/{checkpoint}/cumulative.tsv",
     params:
         boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
     log:
         "logs/spectra_cumulative/{model}/{checkpoint}.log",
     benchmark:
@@ -77,7 +80,7 @@ rule spectra_cumulative:
 
 rule spectra_schur:
     input:
-        npy=lambda wc: spectra_jacobians(wc.model, wc.checkpoint, "npy"),
+        unpack(spectra_inputs),
     output:
         "results/{model}/{checkpoint}/schur.tsv",
     params:
@@ -95,12 +98,33 @@ rule spectra_schur:
         "../scripts/spectra_schur.py"
 
 
+# Headline metrics on nested subsets of the samples (the first S of the G sample groups).
+rule spectra_convergence:
+    input:
+        unpack(spectra_inputs),
+    output:
+        "results/{model}/{checkpoint}/convergence.tsv",
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
+    log:
+        "logs/spectra_convergence/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_convergence/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: job_threads()
+    script:
+        "../scripts/spectra_convergence.py"
+
+
 # ---- figures (one per model, every checkpoint in it) ----------------------------------------------
 SPECTRA_FIGURES = {
     "eigenvalues": ("eigenvalues.tsv", "Eigenvalues of J̄_b in the complex plane"),
     "gradient": ("spectra.tsv", "Spectral gradient through depth"),
     "cumulative": ("cumulative.tsv", "Cumulative effective rank"),
     "schur": ("schur.tsv", "Schur surgery"),
+    "convergence": ("convergence.tsv", "Convergence with the number of samples"),
 }
 
 
@@ -138,5 +162,6 @@ register_outputs(
     lambda: per_checkpoint("results/{model}/{checkpoint}/spectra.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/cumulative.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/schur.tsv")
+    + per_checkpoint("results/{model}/{checkpoint}/convergence.tsv")
     + [f"results/figures/spectra_{f}_{m}.{ext}" for m in MODELS for f in SPECTRA_FIGURES for ext in ("png", "pdf")]
 )

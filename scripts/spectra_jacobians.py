@@ -18,7 +18,7 @@ with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
         get_adapter(model),
         ActivationStore(sm.input.activations),
         names,
-        dict(zip(names, zip(sm.output.npy, sm.output.tsv))),
+        dict(zip(names, zip(sm.output.npy, sm.output.tsv, sm.output.groups, sm.output.meta))),
         n_samples=cfg["n_samples"],
         context=cfg["context"],
         chunk_size=cfg["chunk_size"],
@@ -26,4 +26,5 @@ with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
         spectral_norm=cfg["sample_spectral_norm"],
         dtype=cfg["dtype"],
         seed=sm.params.run["seed"],
+        n_groups=cfg.get("n_groups", 16),  # the Jacobian job's key (config/schema/spectra.schema.yaml)
     )
