@@ -25,8 +25,14 @@ MAX_BOOT = 200
 
 
 def nested_sizes(n: int, minimum: int = 4) -> list[int]:
-    """n/8, n/4, n/2, n (rounded, at least `minimum`, deduplicated)."""
-    return sorted({max(min(minimum, n), int(round(n * f))) for f in (1 / 8, 1 / 4, 1 / 2, 1)})
+    """4 sizes from `minimum` to n spaced geometrically (96 anchors: 12, 24, 48, 96 with minimum 12; fewer only
+    when n − minimum < 3)."""
+    lo = min(minimum, n)
+    k = min(4, n - lo + 1)
+    out = sorted({int(round(v)) for v in np.geomspace(lo, n, k)})
+    if len(out) < k:
+        out = sorted({int(round(v)) for v in np.linspace(lo, n, k)})
+    return out
 
 
 def cluster_spearman(anchor_ids: np.ndarray, x: np.ndarray, y: np.ndarray, n_boot: int, level: float, rng):
@@ -73,8 +79,8 @@ def tokenwise_convergence(anchors: pd.DataFrame, layer_tables: list[pd.DataFrame
     ids = np.sort(df["anchor"].unique())
     order = np.random.default_rng([seed, 7]).permutation(ids)  # nested: the first m of one permutation
     n_windows = int(df["window"].max()) + 1
-    subsets = [("anchors", m, set(order[:m].tolist())) for m in nested_sizes(len(ids))]
-    subsets += [("windows", k, k) for k in nested_sizes(n_windows, minimum=2)]
+    subsets = [("anchors", m, set(order[:m].tolist())) for m in nested_sizes(len(ids), max(4, len(ids) // 8))]
+    subsets += [("windows", k, k) for k in nested_sizes(n_windows, max(2, n_windows // 8))]
     rows = []
     for ci, name in enumerate(dict.fromkeys(df["class"])):
         g = df[df["class"] == name]
