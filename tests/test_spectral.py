@@ -290,19 +290,20 @@ def test_complex_pair_within_eigenvalue_precision_counts_as_real():
     assert spectra.spectral_metrics(R)["frac_complex"] == 1.0
 
 
-@pytest.fixture(scope="module")
-def tiny_llama_jacobians():
-    """J̄ of every tiny-llama boundary (config/test.yaml) at 40 random states, computed in float32 and float64."""
+@pytest.fixture(scope="module", params=["tiny-llama", "tiny-gemma3"])
+def tiny_llama_jacobians(request):
+    """J̄ of every boundary of a tiny GQA model (config/test.yaml) at 40 random states, in float32 and float64."""
     import torch
     from conftest import TEST_CONFIG, tiny_model
 
     from layergeom.adapters import get_adapter
     from layergeom.spectral.jacobians import mean_jacobian
 
-    hf = TEST_CONFIG["models"]["tiny-llama"]["hf_config"]
+    m = TEST_CONFIG["models"][request.param]
+    hf = m["hf_config"]
     out = {}
     for name, dt in (("float32", torch.float32), ("float64", torch.float64)):
-        ad = get_adapter(tiny_model("llama", seed=3).to(dt))  # the same weights, computed in each dtype
+        ad = get_adapter(tiny_model(m["family"], seed=3).to(dt))  # the same weights, computed in each dtype
         x = torch.randn(40, ad.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
         out[name] = {b.name: mean_jacobian(ad, b, x, dtype=dt)[0] for b in ad.boundaries}
     return hf, out
@@ -311,7 +312,7 @@ def tiny_llama_jacobians():
 def test_gqa_attention_rank_is_n_kv_times_d_head(tiny_llama_jacobians):
     hf, jacs = tiny_llama_jacobians
     d = hf["hidden_size"]
-    expected = hf["num_key_value_heads"] * d // hf["num_attention_heads"]  # n_kv · d_head = 2 · 8
+    expected = hf["num_key_value_heads"] * hf.get("head_dim", d // hf["num_attention_heads"])  # n_kv · d_head = 2 · 8
     for dtype, mats in jacs.items():
         for name, J in mats.items():
             m = spectra.spectral_metrics(J, tol=spectra.rank_tolerance(d, dtype))
@@ -480,6 +481,21 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     h = 1e-6
     fd = (schur.schur_form(J + h * D[0]).normal_part - schur.schur_form(J - h * D[0]).normal_part) / (2 * h)
     np.testing.assert_allclose(tan.dJ0[0], fd, atol=1e-4 * np.abs(fd).max())
+
+    def control(M):  # the random control's Q N' Qᴴ, N' one seeded draw rescaled to ‖N(M)‖_F
+        f = schur.schur_form(M)
+        # Q N' Qᴴ depends on the phases of the Schur vectors (N' is fixed): take them parallel to J's (the
+        # tangent's gauge W_ii = 0; LAPACK's own phase convention is arbitrary)
+        ph = np.diagonal(form.Q.conj().T @ f.Q)
+        Q = f.Q * (np.conj(ph) / np.abs(ph))[None]
+        Nr = schur.random_strict_upper(d, float(np.linalg.norm(f.N)), rng(3))
+        return Q @ Nr @ Q.conj().T, Nr
+
+    R, Nr = control(J)
+    fd = (control(J + h * D[0])[0] - control(J - h * D[0])[0]) / (2 * h)
+    W = tan.W[0].astype(np.complex128)
+    lin = form.Q @ (W @ Nr - Nr @ W) @ form.Q.conj().T + tan.dnorm_rel[0] * R
+    np.testing.assert_allclose(lin, fd, atol=1e-4 * np.abs(fd).max())
     # a rank-deficient J̄: the non-zero modes lead the Schur form, whatever the order it came in
     g = rng(8)
     d, r = 12, 4
@@ -568,6 +584,8 @@ def test_table_writers_from_files(tmp_path):
     own = sch[sch["control"] == "none"]
     assert own["erank_ci_low"].notna().all()
     assert sch[(sch["control"] == "random") & (sch["alpha"] > 0)]["erank_ci_low"].isna().all()  # default: own N
+    both = pipeline.write_schur(files, tmp_path / "schur2.tsv", alphas=[0.5], sr_k=2, ci_controls=["none", "random"])
+    assert both["erank_ci_low"].notna().all() and (both["erank_ci_low"] <= both["erank"]).all()
     conv = pipeline.write_convergence(files, tmp_path / "convergence.tsv", n_edge=2, sr_k=2)
     assert list(conv.columns[:5]) == ["metric", "n_samples", "value", "ci_low", "ci_high"]
     assert (conv.groupby("metric")["n_samples"].nunique() >= 4).all()  # ≥ 4 nested sizes per metric

@@ -20,8 +20,9 @@ sandwich variance of the weighted mean for any group sizes), and the interval is
 u_iᵀΔv_i and the first-order rotation of the top-k singular subspaces, the eigenvectors give δλ_i =
 y_iᴴΔx_i / y_iᴴx_i, and products carry a tangent Ċ_n = Δ_n C_{n−1} + M_n Ċ_{n−1}. This costs one or two
 d×d matrix products per replicate instead of a new eigendecomposition and SVD per replicate and boundary
-(G = 16 exact replicates of SmolLM2's 61 boundaries would cost ≈ 16·61·(0.2 s eig + 0.07 s SVD) ≈ 4.5 min
-per checkpoint against ≈ 30 s linearised; bench/bench_intervals.py). The jackknife of a smooth statistic is
+(G = 16 exact replicates of SmolLM2's 60 boundaries would cost ≈ 16·60·(0.2 s eig + 0.07 s SVD) ≈ 4.5 min
+per checkpoint; linearised, the intervals add ≈ 20 s to spectra.tsv, ≈ 25 s to cumulative.tsv and ≈ 30 s to
+schur.tsv on one core: bench/bench_intervals.py, bench/results/intervals.md). The jackknife of a smooth statistic is
 its linearisation up to O(1/N) (Efron's infinitesimal jackknife), and the tests check the two against each
 other and check coverage. Mode counts (complex and expansive fractions) are recounted on the first-order
 eigenvalues λ_i + δλ_i with the point estimate's thresholds (close real pairs through their 2×2

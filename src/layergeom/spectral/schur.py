@@ -23,7 +23,8 @@ W skew-Hermitian, the rotated T stays triangular when the strictly lower part of
 (E = QᴴΔQ), a triangular Sylvester system solved blockwise (LAPACK trsyl, recursive, level-3 updates);
 then δJ₀ = Q(WΛ − ΛW + diag(E + TW − WT))Qᴴ. Rotations inside the numerically zero block are frozen (its
 eigenvalues are rounding, its J₀ is 0). The tangent holds the eigenvalue order fixed: it is the sampling
-variability of the surgery at this order.
+variability of the surgery at this order. The random control Q N' Qᴴ (a fixed draw N') also depends on the
+phases of the Schur vectors, which LAPACK fixes arbitrarily; its tangent carries them along (W_ii = 0).
 """
 
 from __future__ import annotations
@@ -151,19 +152,21 @@ def schur_rotation(T: np.ndarray, E: np.ndarray, block: int = 48) -> np.ndarray:
 
 @dataclass
 class SchurTangent:
-    """First-order change of the Schur form under J -> J + Δ_k, K directions at once (fixed eigenvalue order)."""
+    """First-order change of the Schur form under J -> J + Δ_k, K directions (fixed eigenvalue order)."""
 
-    W: np.ndarray  # (K, d, d) skew-Hermitian: Q' = Q (I + W)
+    W: np.ndarray | None  # (K, d, d) complex64 skew-Hermitian: Q' = Q (I + W) (kept only when asked)
     dlam: np.ndarray  # (K, d)
     dJ0: np.ndarray  # (K, d, d) complex64: δ(Q Λ Qᴴ)
     dnorm_rel: np.ndarray  # (K,) δ‖N‖_F / ‖N‖_F
 
 
-def schur_tangent(form: SchurForm, J: np.ndarray, deltas: np.ndarray) -> SchurTangent:
+def schur_tangent(form: SchurForm, J: np.ndarray, deltas: np.ndarray, keep_rotation: bool = True) -> SchurTangent:
     """δJ₀ = Q(WΛ − ΛW + diag(E + TW − WT))Qᴴ for each deviation Δ_k (K, d, d), E = QᴴΔQ.
 
     W solves the triangular Sylvester system of ``schur_rotation`` in the leading (non-zero) block and its
     coupling to the zero block; rotations inside the numerically zero block are frozen (W22 = 0, δλ = 0 there).
+    One direction at a time (memory: a few complex d×d matrices besides the K results); the basis changes in
+    complex64, the precision of a tangent.
     """
     Q, lam = form.Q, form.lam
     d = len(lam)
@@ -171,27 +174,35 @@ def schur_tangent(form: SchurForm, J: np.ndarray, deltas: np.ndarray) -> SchurTa
     T = np.diag(lam) + form.N
     Q64 = Q.astype(np.complex64)
     Qh64 = Q64.conj().T
-    D32 = np.asarray(deltas, dtype=np.float32)
-    E = np.matmul(Qh64, np.matmul(D32, Q64)).astype(np.complex128)  # (K, d, d) QᴴΔQ (tangent precision)
-    K = len(E)
-    W = np.zeros_like(E)
-    if 0 < r < d:
-        W21 = triangular_sylvester(T[r:, r:], T[:r, :r], -E[:, r:, :r])
-        W[:, r:, :r] = W21
-        W[:, :r, :r] = schur_rotation(T[:r, :r], E[:, :r, :r] + T[:r, r:] @ W21)
-    elif r == d:
-        W = schur_rotation(T, E)
-    W = W - np.conj(np.swapaxes(W, 1, 2))  # skew-Hermitian, zero diagonal
-    # δλ_i = (E + TW − WT)_ii = E_ii + Σ_j (T_ij W_ji − W_ij T_ji): O(d²) per direction
-    dlam = np.diagonal(E, axis1=1, axis2=2) + np.einsum("ij,kji->ki", T, W) - np.einsum("kij,ji->ki", W, T)
-    dlam[:, r:] = 0
-    inner = W * lam[None, None, :] - lam[None, :, None] * W
-    inner[:, np.arange(d), np.arange(d)] += dlam
-    dJ0 = np.matmul(np.matmul(Q64, inner.astype(np.complex64)), Qh64)  # (K, d, d) complex64
+    K = len(deltas)
+    dJ0 = np.empty((K, d, d), dtype=np.complex64)
+    Ws = np.empty((K, d, d), dtype=np.complex64) if keep_rotation else None
+    dlam = np.zeros((K, d), dtype=np.complex128)
+    for k in range(K):
+        D32 = np.asarray(deltas[k], dtype=np.float32)
+        E = (Qh64 @ (D32 @ Q64)).astype(np.complex128)[None]  # (1, d, d) QᴴΔQ
+        W = np.zeros_like(E)
+        if 0 < r < d:
+            W21 = triangular_sylvester(T[r:, r:], T[:r, :r], -E[:, r:, :r])
+            W[:, r:, :r] = W21
+            W[:, :r, :r] = schur_rotation(T[:r, :r], E[:, :r, :r] + T[:r, r:] @ W21)
+        elif r == d:
+            W = schur_rotation(T, E)
+        W = W[0] - W[0].conj().T  # skew-Hermitian, zero diagonal
+        # δλ_i = (E + TW − WT)_ii = E_ii + Σ_j (T_ij W_ji − W_ij T_ji): O(d²)
+        dl = np.diagonal(E[0]) + np.einsum("ij,ji->i", T, W) - np.einsum("ij,ji->i", W, T)
+        dl[r:] = 0
+        dlam[k] = dl
+        inner = W * lam[None, :] - lam[:, None] * W
+        inner[np.arange(d), np.arange(d)] += dl
+        dJ0[k] = Q64 @ inner.astype(np.complex64) @ Qh64
+        if Ws is not None:
+            Ws[k] = W
     nn2 = float(np.sum(np.abs(form.N) ** 2))
-    dfro2 = 2 * np.einsum("ij,kij->k", np.asarray(J, dtype=np.float64).real, D32.astype(np.float64))
+    Jr = np.asarray(J, dtype=np.float64).real
+    dfro2 = np.array([2 * float(np.sum(Jr * np.asarray(deltas[k], dtype=np.float64))) for k in range(K)])
     dn2 = dfro2 - 2 * np.real(np.sum(np.conj(lam)[None] * dlam, axis=1))
-    return SchurTangent(W=W, dlam=dlam, dJ0=dJ0, dnorm_rel=dn2 / (2 * nn2) if nn2 > 0 else np.zeros(K))
+    return SchurTangent(W=Ws, dlam=dlam, dJ0=dJ0, dnorm_rel=dn2 / (2 * nn2) if nn2 > 0 else np.zeros(K))
 
 
 # ---- the surgery table -------------------------------------------------------------------------------
@@ -269,7 +280,7 @@ def schur_surgery(
         R_rand = form.Q @ Nr @ form.Q.conj().T
         D = None if deviations is None else np.asarray(deviations[name])
         need = D is not None and any((a != 1 or c != "none") and (c in ci_controls or a == 0) for a, c in runs)
-        tan = schur_tangent(form, J, D) if need else None
+        tan = schur_tangent(form, J, D, keep_rotation="random" in ci_controls) if need else None
         for alpha, control in runs:
             want_ci = D is not None and (control in ci_controls or alpha == 0)
             if alpha == 1 and control == "none":
@@ -280,7 +291,8 @@ def schur_surgery(
             else:
                 M = J0 + alpha * R_rand
                 if want_ci:  # δR' = Q(W N' − N' W)Qᴴ + (δ‖N‖/‖N‖) R'
-                    rot = np.matmul(np.matmul(form.Q, tan.W @ Nr - Nr @ tan.W), form.Q.conj().T)
+                    Q64, Nr64 = form.Q.astype(np.complex64), Nr.astype(np.complex64)
+                    rot = np.matmul(np.matmul(Q64, tan.W @ Nr64 - Nr64 @ tan.W), Q64.conj().T)
                     dM = (tan.dJ0 + alpha * (rot + tan.dnorm_rel[:, None, None] * R_rand)).astype(np.complex64)
                 else:
                     dM = None
