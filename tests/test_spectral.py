@@ -627,3 +627,17 @@ def test_boundary_jacobians_write_group_means_that_average_to_the_mean(tmp_path)
         assert meta["group_windows"] == [[0, 2], [3, 4], [5, 6]]
         w = np.array(meta["group_counts"]) / 7
         np.testing.assert_allclose(np.tensordot(w, groups.astype(np.float64), axes=1), J, atol=1e-6 * np.abs(J).max())
+
+
+def test_one_sample_group_gives_nan_intervals_not_a_crash(tmp_path):
+    from layergeom.spectral import pipeline
+
+    mats = {f"L{i}.attn": nonnormal(5, seed=i) / 3 for i in range(3)}
+    files = write_boundary_files(tmp_path, mats, G=1)
+    t = pipeline.write_spectra(files, tmp_path / "s.tsv", sr_k=2)
+    assert t["erank_ci_low"].isna().all() and t["erank"].notna().all()
+    c = pipeline.write_cumulative(files, tmp_path / "c.tsv")
+    assert list(c.columns[:6]) == ["variant", "depth", "boundary", "erank", "erank_ci_low", "erank_ci_high"]
+    assert c["erank_ci_low"].isna().all()
+    assert pipeline.write_schur(files, tmp_path / "u.tsv", alphas=[0, 1], sr_k=2)["erank_ci_low"].isna().all()
+    assert len(pipeline.write_convergence(files, tmp_path / "v.tsv", sr_k=2)) == 0

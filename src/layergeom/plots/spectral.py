@@ -114,6 +114,8 @@ def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
             ax.text(0.01, base, " random k/d", fontsize=6, color="0.4", va="bottom", transform=ax.get_yaxis_transform())
         if logy:
             ax.set_yscale("log")
+        elif col in ("self_realign", "henrici", "frac_expansive", "frac_complex"):
+            ax.set_ylim(-0.03, 1.03)  # fractions: the whole range, so bands and levels read alike
         ax.set_xlabel("normalised depth", fontsize=8)
         ax.set_title(label, fontsize=8)
         ax.tick_params(labelsize=7)

@@ -88,4 +88,5 @@ def convergence_rows(
         for v in VARIANTS:
             erank, _, reps_values = last[v]
             add(f"cumulative_erank_{v}", erank, reps_values, "log", f"{names[0]}..{names[-1]}", preps.weights)
-    return pd.DataFrame(rows)
+    cols = ["metric", "n_samples", "value", "ci_low", "ci_high", "n_groups", "boundaries"]
+    return pd.DataFrame(rows, columns=cols)

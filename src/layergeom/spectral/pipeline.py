@@ -29,7 +29,7 @@ from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
 from .cumulative import VARIANTS, cumulative_rows
 from .schur import schur_surgery
-from .spectra import eigenvalue_frame, order_columns, rank_tolerance, spectra_row
+from .spectra import CI_METRICS, eigenvalue_frame, order_columns, rank_tolerance, spectra_row
 
 log = logging.getLogger("layergeom")
 
@@ -209,6 +209,15 @@ def _n_samples(files: BoundaryFiles, name: str) -> int:
     return int(files.meta(name)["n_samples"])
 
 
+def _replicates(counts: np.ndarray, blocks: int | None, what: str):
+    """The jackknife replicates, or None (intervals nan, with a warning) when there is only one sample group."""
+    if len(counts) < 2:
+        log.warning("%s: one sample group (%d samples): no jackknife, the intervals are nan; use more windows "
+                    "or spectra.n_groups >= 2", what, int(np.sum(counts)))  # fmt: skip
+        return None
+    return intervals.replicates(counts, blocks)
+
+
 def write_spectra(
     files: BoundaryFiles,
     out_tsv,
@@ -223,18 +232,21 @@ def write_spectra(
 ) -> pd.DataFrame:
     """spectra.tsv (with jackknife intervals over the sample groups) and the eigenvalues, boundary by boundary."""
     counts = files.counts()
-    reps = intervals.replicates(counts, ci_blocks)
-    log.info("intervals: %s jackknife over %d replicates of %d groups (%s samples), level %g",
-             ci_method, reps.K, len(counts), int(counts.sum()), ci_level)  # fmt: skip
+    reps = _replicates(counts, ci_blocks, "spectra.tsv")
+    if reps is not None:
+        log.info("intervals: %s jackknife over %d replicates of %d groups (%s samples), level %g",
+                 ci_method, reps.K, len(counts), int(counts.sum()), ci_level)  # fmt: skip
     rows, eig = [], []
     for name in progress(files.names, desc="spectra", unit="boundary"):
         J = files[name]
         tol = rank_tolerance(J.shape[0], dtype, rank_tol)
-        D = files.deviations(name, J, counts, reps)
+        D = None if reps is None else files.deviations(name, J, counts, reps)
         row, dec = spectra_row(
-            name, J, _n_samples(files, name), sr_k=sr_k, tol=tol, deltas=D, weights=reps.weights,
-            ci_level=ci_level, ci_method=ci_method,
+            name, J, _n_samples(files, name), sr_k=sr_k, tol=tol, deltas=D,
+            weights=None if reps is None else reps.weights, ci_level=ci_level, ci_method=ci_method,
         )  # fmt: skip
+        if reps is None:
+            row |= {f"{m}_ci_{s}": np.nan for m in CI_METRICS for s in ("low", "high")}
         rows.append(row)
         eig.append(eigenvalue_frame(name, dec, tol))
         log.info("%s: rank %d of %d, %d non-zero modes, cond %.4g [%.4g, %.4g]", name, row["numerical_rank"],
@@ -256,14 +268,17 @@ def write_cumulative(
 ) -> pd.DataFrame:
     """cumulative.tsv: both variants composed in one pass over the boundaries, with jackknife intervals."""
     counts = files.counts()
-    reps = intervals.replicates(counts, ci_blocks)
+    reps = _replicates(counts, ci_blocks, "cumulative.tsv")
 
     def steps():
         for name in progress(files.names, desc="cumulative", unit="boundary"):
             J = files[name]
-            yield name, J, files.deviations(name, J, counts, reps)
+            yield name, J, None if reps is None else files.deviations(name, J, counts, reps)
 
-    table = cumulative_rows(steps(), variants, weights=reps.weights, ci_level=ci_level)
+    table = cumulative_rows(steps(), variants, weights=None if reps is None else reps.weights, ci_level=ci_level)
+    if reps is None:
+        table.insert(4, "erank_ci_low", np.nan)
+        table.insert(5, "erank_ci_high", np.nan)
     write_tsv(table, out_tsv)
     return table
 
@@ -302,9 +317,9 @@ def write_schur(
     d = files[files.names[0]].shape[0]
     tol = rank_tolerance(d, dtype, rank_tol)
     devs, weights = None, None
-    if ci_blocks != 0:
-        counts = files.counts()
-        reps = intervals.replicates(counts, ci_blocks)
+    counts = files.counts()
+    reps = _replicates(counts, ci_blocks, "schur.tsv") if ci_blocks != 0 else None
+    if reps is not None:
         devs, weights = _Deviations(files, counts, reps), reps.weights
         log.info("Schur intervals: linearised jackknife over %d blocks of %d groups, controls %s",
                  reps.K, len(counts), ", ".join(ci_controls))  # fmt: skip
@@ -343,6 +358,8 @@ def write_convergence(
     counts = files.counts()
     S = convergence_sizes(len(counts), sizes)
     log.info("convergence over the first %s of %d groups", S, len(counts))
+    if not S:
+        log.warning("convergence.tsv: fewer than 2 sample groups, no subsets to compare")
     d = files[files.names[0]].shape[0]
     table = convergence_rows(
         files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol), ci_level=ci_level
