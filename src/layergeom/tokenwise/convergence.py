@@ -43,14 +43,25 @@ def cluster_spearman(anchor_ids: np.ndarray, x: np.ndarray, y: np.ndarray, n_boo
         return np.nan, np.nan, np.nan, len(x)
     rho = float(stats.spearmanr(x, y).statistic)
     ids, inv = np.unique(anchor_ids, return_inverse=True)
-    members = [np.flatnonzero(inv == i) for i in range(len(ids))]
+    order = np.argsort(inv, kind="stable")
+    sizes = np.bincount(inv)
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]
     boots = []
-    for _ in range(n_boot):
-        pick = rng.integers(0, len(ids), len(ids))
-        idx = np.concatenate([members[i] for i in pick])
-        if np.ptp(x[idx]) > 0 and np.ptp(y[idx]) > 0:
-            boots.append(stats.spearmanr(x[idx], y[idx]).statistic)
-    if not boots:
+    for _ in range(0, n_boot, 50):  # 50 resamples at a time, ranked in one batch
+        b = min(50, n_boot - len(boots))
+        pick = rng.integers(0, len(ids), size=(b, len(ids)))  # (b, anchors) resampled clusters
+        idx = [order[np.concatenate([np.arange(starts[a], starts[a] + sizes[a]) for a in row])] for row in pick]
+        if len({len(i) for i in idx}) > 1:  # clusters of unequal size: one resample at a time
+            boots += [stats.spearmanr(x[i], y[i]).statistic for i in idx]
+            continue
+        idx = np.stack(idx)  # (b, pairs)
+        rx, ry = stats.rankdata(x[idx], axis=1), stats.rankdata(y[idx], axis=1)  # (b, pairs)
+        rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boots += list((rx * ry).sum(1) / np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1)))
+    boots = np.asarray(boots, dtype=np.float64)
+    boots = boots[np.isfinite(boots)]
+    if not len(boots):
         return rho, np.nan, np.nan, len(x)
     a = (1 - level) / 2
     lo, hi = np.quantile(boots, [a, 1 - a])
