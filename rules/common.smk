@@ -19,6 +19,7 @@ from layergeom.fetch import loaded_files
 from layergeom.names import block_input_names, boundaries_for, boundary_regex, kept_boundaries
 from layergeom.runtime import LayergeomError, visible_gpus
 from layergeom.schedule import log_spaced_steps
+from layergeom.spectral.settings import JacobianSettings
 
 try:
     lgconfig.validate(config)
@@ -350,9 +351,19 @@ def topology_graphs(model, checkpoint, ext):
     return boundary_files(model, checkpoint, "graphs", ext)
 
 
+def jacobian_settings(model):
+    """Only the spectra keys the Jacobian job reads: changing a metric's key does not recompute Jacobians."""
+    return JacobianSettings.from_config(section(model, "spectra")).as_dict()
+
+
 def spectra_inputs(wildcards):
+    """The Jacobian job's files the spectral tables read: J̄_b, the group means and their counts."""
     m, c = wildcards.model, wildcards.checkpoint
-    return {"npy": spectra_jacobians(m, c, "npy"), "tsv": spectra_jacobians(m, c, "tsv")}
+    return {
+        "npy": spectra_jacobians(m, c, "npy"),
+        "groups": spectra_jacobians(m, c, "groups.npy"),
+        "meta": spectra_jacobians(m, c, "json"),
+    }
 
 
 def spectra_seed(model):

@@ -9,13 +9,6 @@
 # rule with the exact list of outputs; checkpoints remain the wildcard that fans out.
 # The job is resumable: finished boundaries wait in jacobians/.partial/ (not an output, so Snakemake
 # keeps it when it deletes a failed job's outputs) and a rerun with the same inputs and settings reuses them.
-from layergeom.spectral.jacobians import JacobianSettings
-
-
-def jacobian_settings(model):
-    """Only the spectra keys the Jacobian job reads: changing a metric's key does not recompute Jacobians."""
-    return JacobianSettings.from_config(section(model, "spectra")).as_dict()
-
 
 for _m in MODELS:
 
@@ -71,11 +64,12 @@ rule spectra_table:
 
 rule spectra_cumulative:
     input:
-        npy=lambda wc: spectra_jacobians(wc.model, wc.checkpoint, "npy"),
+        unpack(spectra_inputs),
     output:
         "results/{model}/{checkpoint}/cumulative.tsv",
     params:
         boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
     log:
         "logs/spectra_cumulative/{model}/{checkpoint}.log",
     benchmark:
@@ -89,7 +83,7 @@ rule spectra_cumulative:
 
 rule spectra_schur:
     input:
-        npy=lambda wc: spectra_jacobians(wc.model, wc.checkpoint, "npy"),
+        unpack(spectra_inputs),
     output:
         "results/{model}/{checkpoint}/schur.tsv",
     params:
@@ -107,12 +101,33 @@ rule spectra_schur:
         "../scripts/spectra_schur.py"
 
 
+# Headline metrics on nested subsets of the samples (the first S of the G sample groups).
+rule spectra_convergence:
+    input:
+        unpack(spectra_inputs),
+    output:
+        "results/{model}/{checkpoint}/convergence.tsv",
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
+    log:
+        "logs/spectra_convergence/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_convergence/{model}/{checkpoint}.tsv"
+    conda:
+        torch_env()
+    threads: job_threads()
+    script:
+        "../scripts/spectra_convergence.py"
+
+
 # ---- figures (one per model, every checkpoint in it) ----------------------------------------------
 SPECTRA_FIGURES = {
     "eigenvalues": ("eigenvalues.tsv", "Eigenvalues of J̄_b in the complex plane"),
     "gradient": ("spectra.tsv", "Spectral gradient through depth"),
     "cumulative": ("cumulative.tsv", "Cumulative effective rank"),
     "schur": ("schur.tsv", "Schur surgery"),
+    "convergence": ("convergence.tsv", "Convergence with the number of samples"),
 }
 
 
@@ -150,5 +165,6 @@ register_outputs(
     lambda: per_checkpoint("results/{model}/{checkpoint}/spectra.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/cumulative.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/schur.tsv")
+    + per_checkpoint("results/{model}/{checkpoint}/convergence.tsv")
     + [f"results/figures/spectra_{f}_{m}.{ext}" for m in MODELS for f in SPECTRA_FIGURES for ext in ("png", "pdf")]
 )

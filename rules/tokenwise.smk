@@ -147,3 +147,53 @@ register_outputs(
     + per_checkpoint("results/{model}/{checkpoint}/tokenwise/pooled.tsv")
     + [f"results/figures/tokenwise_{f}.{ext}" for f in TOKENWISE_FIGURES for ext in ("png", "pdf")]
 )
+
+
+# ---- convergence of rho(RelErr, KL) and the residual angle with the anchors and windows ---------------
+rule tokenwise_convergence:
+    input:
+        anchors="results/{model}/{checkpoint}/tokenwise/anchors.tsv",
+        tables=lambda wc: tokenwise_layer_files(wc, "tsv"),
+    output:
+        "results/{model}/{checkpoint}/tokenwise_convergence.tsv",
+    params:
+        tokenwise=lambda wc: section(wc.model, "tokenwise"),
+        seed=config["seed"],
+    log:
+        "logs/tokenwise_convergence/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/tokenwise_convergence/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/plots.yaml"
+    script:
+        "../scripts/tokenwise_convergence.py"
+
+
+rule tokenwise_convergence_figure:
+    input:
+        lambda wc: [f"results/{wc.model}/{c}/tokenwise_convergence.tsv" for c in checkpoints(wc.model)],
+    output:
+        png=report(
+            "results/figures/tokenwise_convergence_{model}.png",
+            caption="../report/tokenwise_convergence.rst",
+            category="Paper A – tokenwise decomposition",
+            labels=lambda wc: {"model": wc.model, "figure": "convergence with anchors and windows"},
+        ),
+        pdf="results/figures/tokenwise_convergence_{model}.pdf",
+    params:
+        checkpoints=lambda wc: checkpoints(wc.model),
+        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
+    log:
+        "logs/tokenwise_convergence_figure/{model}.log",
+    benchmark:
+        "benchmarks/tokenwise_convergence_figure/{model}.tsv"
+    conda:
+        "../envs/plots.yaml"
+    script:
+        "../scripts/tokenwise_convergence_figure.py"
+
+
+register_outputs(
+    lambda: per_checkpoint("results/{model}/{checkpoint}/tokenwise_convergence.tsv")
+    + [f"results/figures/tokenwise_convergence_{m}.{ext}" for m in MODELS for ext in ("png", "pdf")]
+)

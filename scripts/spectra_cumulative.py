@@ -1,9 +1,15 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.spectral.pipeline import write_cumulative
+from layergeom.spectral.pipeline import BoundaryFiles, write_cumulative
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
+cfg = sm.params.spectra
 with job(sm, threads=sm.threads):
-    write_cumulative(sm.params.boundaries, sm.input.npy, sm.output[0])
+    write_cumulative(
+        BoundaryFiles(sm.params.boundaries, sm.input.npy, sm.input.groups, sm.input.meta),
+        sm.output[0],
+        ci_level=cfg["ci_level"],
+        ci_blocks=cfg["ci_blocks"],
+    )

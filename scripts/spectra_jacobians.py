@@ -19,7 +19,7 @@ with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
         ActivationStore(sm.input.activations),
         names,
         {n: {k: files[k][i] for k in files} for i, n in enumerate(names)},
-        pipeline.JacobianSettings(**sm.params.spectra),
+        dict(sm.params.spectra),
         seed=sm.params.run["seed"],
         weights=sm.input.weights,
     )

@@ -1,18 +1,20 @@
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
-from layergeom.spectral.pipeline import write_spectra
+from layergeom.spectral.pipeline import BoundaryFiles, write_spectra
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 cfg = sm.params.spectra
 with job(sm, threads=sm.threads):
     write_spectra(
-        sm.params.boundaries,
-        sm.input.npy,
-        sm.input.tsv,
+        BoundaryFiles(sm.params.boundaries, sm.input.npy, sm.input.groups, sm.input.meta),
         sm.output.table,
         sm.output.eigenvalues,
         sr_k=cfg["sr_k"],
-        complex_tol=cfg["complex_tol"],
+        dtype=cfg["dtype"],
+        rank_tol=cfg["rank_tol"],
+        ci_level=cfg["ci_level"],
+        ci_method=cfg["ci_method"],
+        ci_blocks=cfg["ci_blocks"],
     )

@@ -1,12 +1,16 @@
-"""The four Paper B spectral figures draw from the tables the workflow writes (PNG and PDF)."""
+"""The Paper B spectral figures and the convergence figures draw from the tables the workflow writes."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from layergeom.io import write_tsv
+from layergeom.plots import convergence as conv_plots
 from layergeom.plots import spectral as plots
-from layergeom.spectral import cumulative, schur, spectra
+from layergeom.spectral import intervals, schur, spectra
+from layergeom.spectral.cumulative import cumulative_rows
+from layergeom.tokenwise.convergence import tokenwise_convergence
 
 
 def test_draw_every_figure(tmp_path):
@@ -18,18 +22,33 @@ def test_draw_every_figure(tmp_path):
         "checkpoints": ["trained", "init"],
         "boundaries": names,
         "n_layers": 3,
-        "spectra": {"eigen_boundaries": [], "cumulative_variant": "update", "complex_tol": 1e-9},
+        "spectra": {"eigen_boundaries": [], "cumulative_variant": "update"},
     }
-    inputs = {f: [] for f in ("eigenvalues", "gradient", "cumulative", "schur")}
+    inputs = {f: [] for f in ("eigenvalues", "gradient", "cumulative", "schur", "convergence")}
+    counts = np.full(6, 4)
+    reps = intervals.replicates(counts)
     for ck in settings["checkpoints"]:
         mats = {n: rng.standard_normal((8, 8)) / 3 for n in names}
-        decs = {}
+        groups = {n: (M[None] + 0.02 * rng.standard_normal((6, 8, 8))).astype(np.float32) for n, M in mats.items()}
+        devs = {n: intervals.deviations(mats[n], groups[n], counts, reps) for n in names}
+        rows, decs = [], {}
+        for n in names:
+            row, decs[n] = spectra.spectra_row(n, mats[n], 24, deltas=devs[n], weights=reps.weights)
+            rows.append(row)
+        metrics = ["henrici_early", "erank_middle", "cumulative_erank_update"]
         tables = {
-            "gradient": spectra.spectra_table(mats, {n: 4 for n in names}, decompositions=decs),
-            "cumulative": cumulative.cumulative_table(mats),
-            "schur": schur.schur_surgery(mats, alphas=[0, 0.5, 1]),
+            "gradient": spectra.order_columns(pd.DataFrame(rows)),
+            "cumulative": cumulative_rows(((n, mats[n], devs[n]) for n in names), weights=reps.weights),
+            "schur": schur.schur_surgery(mats, alphas=[0, 0.5, 1], deviations=devs, weights=reps.weights),
+            "eigenvalues": spectra.eigenvalue_table(decs),
+            "convergence": pd.DataFrame(
+                [
+                    {"metric": m, "n_samples": n, "value": 1.0 + 1 / n, "ci_low": 1.0, "ci_high": 1 + 2 / n}
+                    for m in metrics
+                    for n in (6, 12, 24, 48)
+                ]  # fmt: skip
+            ),
         }
-        tables["eigenvalues"] = spectra.eigenvalue_table(decs)
         for fig, table in tables.items():
             path = tmp_path / f"{ck}_{fig}.tsv"
             write_tsv(table, path)
@@ -39,3 +58,37 @@ def test_draw_every_figure(tmp_path):
         plots.draw(fig, paths, settings, png, pdf)
         assert png.stat().st_size > 10_000 and pdf.read_bytes()[:4] == b"%PDF"
     assert plots.default_eigen_boundaries(names) == ["L0.attn", "L1.mlp", "L2.mlp"]
+
+
+def test_tokenwise_convergence_table_and_figure(tmp_path):
+    rng = np.random.default_rng(1)
+    n_anchors, layers, windows = 40, 3, 10
+    rows, tables = [], []
+    for layer in range(layers):
+        t = []
+        for cls in ("diag", "lowrank"):
+            for a in range(n_anchors):
+                relerr = rng.random()
+                rows.append({"layer": layer, "class": cls, "anchor": a, "row": a, "window": a % windows,
+                             "position": 5, "relerr": relerr, "relerr_delta": relerr,
+                             "kl": relerr + 0.3 * rng.random()})  # fmt: skip
+                t.append({"layer": layer, "class": cls, "anchor": a, "angle_res_deg": 60 + 10 * rng.random()})
+        tables.append(pd.DataFrame(t))
+    anchors = pd.DataFrame(rows)
+    conv = tokenwise_convergence(anchors, tables, {"ci_level": 0.95, "bootstrap": 100}, seed=0)
+    assert set(conv["metric"]) == {"spearman_rho", "angle_res_deg"} and set(conv["axis"]) == {"anchors", "windows"}
+    assert (conv.groupby(["metric", "class", "axis"])["n"].nunique() >= 4).all()
+    full = conv[(conv["axis"] == "anchors") & (conv["n"] == n_anchors) & (conv["class"] == "diag")]
+    ref = anchors[anchors["class"] == "diag"]
+    from scipy import stats
+
+    rho = full[full["metric"] == "spearman_rho"].iloc[0]
+    assert rho["value"] == stats.spearmanr(ref["relerr"], ref["kl"]).statistic
+    assert rho["ci_low"] < rho["value"] < rho["ci_high"]
+    # nested: the anchors of a smaller subset are among those of a larger one; windows restrict the pool
+    win = conv[(conv["axis"] == "windows") & (conv["metric"] == "spearman_rho") & (conv["class"] == "diag")]
+    assert win["n_anchors"].is_monotonic_increasing and win["n_windows"].tolist() == sorted(win["n"].tolist())
+    path = tmp_path / "c.tsv"
+    write_tsv(conv, path)
+    conv_plots.draw_tokenwise([str(path), str(path)], ["trained", "init"], "M", tmp_path / "f.png", tmp_path / "f.pdf")
+    assert (tmp_path / "f.png").stat().st_size > 10_000

@@ -74,8 +74,10 @@ def test_rotations_have_complex_eigenvalues():
         assert m["frac_expansive"] == expansive
         assert m["henrici"] == pytest.approx(0.0, abs=1e-6)  # orthogonal matrices are normal
         assert m["cond"] == pytest.approx(1.0)
+        assert m["numerical_rank"] == d and m["n_modes"] == d
     half = rotation(d, [0.5, 0.0, np.pi, 0.2])  # two real pairs (angle 0 and π), two complex pairs
     assert spectra.frac_complex(np.linalg.eigvals(half)) == 0.5
+    assert spectra.spectral_metrics(Q @ half @ Q.T)["frac_complex"] == 0.5
 
 
 def test_diagonal_matrix_by_hand():
@@ -85,8 +87,9 @@ def test_diagonal_matrix_by_hand():
     assert m["erank"] == pytest.approx(np.exp(-(p * np.log(p)).sum()))  # = 1.7548...
     assert m["erank"] == pytest.approx(1.75477, abs=1e-5)
     assert m["part_ratio"] == pytest.approx((9 + 1) ** 2 / (81 + 1))
-    assert m["cond"] == np.inf  # singular
-    assert m["frac_expansive"] == 0.25  # only |3| > 1; |-1| is not expansive
+    assert m["numerical_rank"] == 2 and m["n_modes"] == 2
+    assert m["cond"] == 3.0 and m["cond_full"] == np.inf  # σ₁/σ_r over the non-zero part; σ₁/σ_d = ∞
+    assert m["frac_expansive"] == 0.5 and m["frac_expansive_d"] == 0.25  # only |3| > 1; |-1| is not expansive
     assert m["henrici"] == 0.0 and m["asymmetry"] == 0.0
     assert spectra.effective_rank(np.ones(5)) == pytest.approx(5.0)
     assert spectra.participation_ratio(np.ones(5)) == pytest.approx(5.0)
@@ -108,7 +111,7 @@ def test_henrici_and_asymmetry_known_answers():
 def test_spectra_table_columns_and_order():
     mats = {f"L{i}.{k}": rng(i).standard_normal((6, 6)) / 3 for i in range(2) for k in ("attn", "mlp")}
     t = spectra.spectra_table(mats, {n: 4 for n in mats}, sr_k=64)
-    required = ["boundary", "layer", "kind", "n_samples", *spectra.METRICS]
+    required = ["boundary", "layer", "kind", "n_samples", "numerical_rank", *spectra.METRICS]
     assert list(t.columns[: len(required)]) == required
     assert list(t["boundary"]) == list(mats) and list(t["layer"]) == [0, 0, 1, 1]
     assert (t["sr_k"] == 6).all()  # capped at d
@@ -176,13 +179,24 @@ def test_random_control_has_same_norm_and_shape():
 
 def test_schur_surgery_table_against_independent_paths():
     mats = {f"L{i}.{k}": nonnormal(8, seed=10 * i + j) / 3 for i in range(2) for j, k in enumerate(("attn", "mlp"))}
-    t = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4, boundary_metrics="all")
-    assert list(t.columns[:4]) == ["alpha", "control", "depth", "erank"]
-    assert len(t) == 3 * 2 * 4
-    # α=1 with the matrix's own N: the plain cumulative operator and the plain per-boundary metrics
+    t_both = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4, boundary_metrics="all")
+    assert list(t_both.columns[:7]) == ["alpha", "control", "depth", "erank", "erank_ci_low", "erank_ci_high",
+                                        "variant"]  # fmt: skip
+    assert len(t_both) == 2 * 3 * 2 * 4 and list(dict.fromkeys(t_both["variant"])) == ["update", "full"]
+    # α=1 with the matrix's own N: the plain cumulative operator (both variants) and the per-boundary metrics
+    for v in ("update", "full"):
+        own = t_both[(t_both["alpha"] == 1) & (t_both["control"] == "none") & (t_both["variant"] == v)]
+        cum = cumulative.cumulative_table(mats, [v])
+        np.testing.assert_allclose(own["erank"], cum["erank"], rtol=1e-9)
+    # the full variant composes I + J(α): its α=0 product by hand
+    forms = [schur.schur_form(J) for J in mats.values()]
+    C = np.eye(8)
+    for f in forms:
+        C = (np.eye(8) + f.normal_part) @ C
+    full0 = t_both[(t_both["alpha"] == 0) & (t_both["control"] == "none") & (t_both["variant"] == "full")]
+    assert full0["erank"].iloc[-1] == pytest.approx(spectra.effective_rank(np.linalg.svd(C, compute_uv=False)))
+    t = t_both[t_both["variant"] == "update"].reset_index(drop=True)
     own = t[(t["alpha"] == 1) & (t["control"] == "none")]
-    cum = cumulative.cumulative_table(mats, ["update"])
-    np.testing.assert_allclose(own["erank"], cum["erank"], rtol=1e-9)
     plain = spectra.spectra_table(mats, {n: 1 for n in mats}, sr_k=4)
     for col in spectra.METRICS:
         np.testing.assert_allclose(own[f"b_{col}"], plain[col], rtol=1e-7, atol=1e-9, err_msg=col)
@@ -201,9 +215,9 @@ def test_schur_surgery_table_against_independent_paths():
     assert not np.allclose(s["none"], s["random"])
     # seeded
     pd.testing.assert_frame_equal(
-        t, schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4, boundary_metrics="all")
+        t_both, schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4, boundary_metrics="all")
     )
-    own_only = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4)  # default: metrics for own N only
+    own_only = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4, variants=["update"])  # own N only
     assert list(own_only.columns) == list(t.columns)
     rand = (own_only["control"] == "random") & (own_only["alpha"] > 0)
     assert own_only.loc[rand, "b_self_realign"].isna().all() and own_only.loc[~rand, "b_self_realign"].notna().all()
@@ -219,3 +233,413 @@ def test_schur_form_of_a_real_matrix_is_scipy_complex_schur():
     form = schur.schur_form(J)
     np.testing.assert_allclose(form.Q @ (np.diag(form.lam) + form.N) @ form.Q.conj().T, J, atol=1e-12)
     np.testing.assert_allclose(np.abs(form.lam), np.abs(np.diag(T)), atol=1e-12)
+
+
+# ---- numerical rank and mode counts over the non-zero part -------------------------------------------
+def rank_r_rotation(d=64, r=24, n_real=4, seed=0, noise=True):
+    """Q_r B Q_rᵀ: an exact rank-r block of rotations (r − n_real complex eigenvalues, n_real real ones),
+    plus float32-level noise E (entries ε_fp32·max|J|, the rounding a float32 Jacobian carries)."""
+    g = rng(seed)
+    Q = random_orthogonal(d, seed)[:, :r]
+    angles = g.uniform(0.3, 2.5, (r - n_real) // 2)
+    B = np.zeros((r, r))
+    B[: r - n_real, : r - n_real] = 1.3 * rotation(r - n_real, angles)
+    B[r - n_real :, r - n_real :] = np.diag([-0.7, 0.6, 1.2, 1.5][:n_real])  # two expansive, two not
+    J = Q @ B @ Q.T
+    if noise:
+        J = J + g.standard_normal((d, d)) * np.finfo(np.float32).eps * np.abs(J).max()
+    return J, (r - n_real) / r
+
+
+def test_rank_r_rotation_with_float32_noise_known_answers():
+    d, r = 64, 24
+    J, true_complex = rank_r_rotation(d, r)
+    m = spectra.spectral_metrics(J)
+    assert m["numerical_rank"] == r and m["n_modes"] == r
+    assert m["frac_complex"] == true_complex  # 20 of the 24 non-zero modes
+    assert m["frac_complex_d"] == pytest.approx(true_complex * r / d)
+    assert m["frac_expansive"] == pytest.approx((r - 4 + 2) / r)  # the 20 rotations (|λ| = 1.3), 1.2 and 1.5
+    assert m["cond"] == pytest.approx(1.5 / 0.6, rel=1e-5)  # σ₁ = 1.5, σ_r = 0.6 (a normal block)
+    assert m["cond_full"] > 1e6  # σ_d is rounding
+    # the old rule (|Im λ| > 1e-9·max|λ| over all d) counts the rounding-split zero eigenvalues as rotations
+    lam = np.linalg.eigvals(J)
+    naive = np.mean(np.abs(lam.imag) > 1e-9 * np.abs(lam).max())
+    assert naive > m["frac_complex_d"] + 0.1
+    # the threshold follows the compute precision: float64 noise, float64 τ, same answer
+    J64, _ = rank_r_rotation(d, r, noise=False)
+    m64 = spectra.spectral_metrics(J64, tol=d * np.finfo(np.float64).eps * 10)
+    assert (m64["numerical_rank"], m64["frac_complex"]) == (r, true_complex)
+
+
+def test_rank_tolerance_is_derived_from_dtype_and_d():
+    assert spectra.rank_tolerance(576) == pytest.approx(576 * np.finfo(np.float32).eps)
+    assert spectra.rank_tolerance(576, "float64") == spectra.rank_tolerance(576, "float32")  # float32 floor
+    assert spectra.rank_tolerance(576, "float32", 1e-3) == 1e-3
+    with pytest.raises(ValueError, match="dtype"):
+        spectra.rank_tolerance(8, "bfloat16")
+
+
+def test_complex_pair_within_eigenvalue_precision_counts_as_real():
+    # a Jordan-like block with a double real eigenvalue: rounding splits it into a pair with |Im λ| ≈ √ε,
+    # far above ε·max|λ| but inside its precision κ·τ·σ₁ (κ ~ 1/√ε for a defective eigenvalue)
+    J = np.array([[1.0, 1.0], [0.0, 1.0]]) + np.array([[0.0, 0.0], [-1e-7, 0.0]])  # eigenvalues 1 ± i·3e-4
+    lam = np.linalg.eigvals(J)
+    assert np.abs(lam.imag).max() > 1e-4
+    assert spectra.spectral_metrics(J)["frac_complex"] == 0.0
+    R = 0.9 * rotation(2, [0.05])  # a genuine slow rotation: |Im λ| = 0.045 ≫ precision
+    assert spectra.spectral_metrics(R)["frac_complex"] == 1.0
+
+
+@pytest.fixture(scope="module", params=["tiny-llama", "tiny-gemma3"])
+def tiny_llama_jacobians(request):
+    """J̄ of every boundary of a tiny GQA model (config/test.yaml) at 40 random states, in float32 and float64."""
+    import torch
+    from conftest import TEST_CONFIG, tiny_model
+
+    from layergeom.adapters import get_adapter
+    from layergeom.spectral.jacobians import mean_jacobian
+
+    m = TEST_CONFIG["models"][request.param]
+    hf = m["hf_config"]
+    out = {}
+    for name, dt in (("float32", torch.float32), ("float64", torch.float64)):
+        ad = get_adapter(tiny_model(m["family"], seed=3).to(dt))  # the same weights, computed in each dtype
+        x = torch.randn(40, ad.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        out[name] = {b.name: mean_jacobian(ad, b, x, dtype=dt)[0] for b in ad.boundaries}
+    return hf, out
+
+
+def test_gqa_attention_rank_is_n_kv_times_d_head(tiny_llama_jacobians):
+    hf, jacs = tiny_llama_jacobians
+    d = hf["hidden_size"]
+    expected = hf["num_key_value_heads"] * hf.get("head_dim", d // hf["num_attention_heads"])  # n_kv · d_head = 2 · 8
+    for dtype, mats in jacs.items():
+        for name, J in mats.items():
+            m = spectra.spectral_metrics(J, tol=spectra.rank_tolerance(d, dtype))
+            if name.endswith("attn"):
+                assert m["numerical_rank"] == expected < d, (dtype, name)
+                assert m["n_modes"] <= expected
+                assert np.isfinite(m["cond"]) and m["cond"] < 1e4 < m["cond_full"]
+            else:
+                assert m["numerical_rank"] == d, (dtype, name)
+
+
+def test_float32_and_float64_compute_agree_on_the_mode_metrics(tiny_llama_jacobians):
+    hf, jacs = tiny_llama_jacobians
+    d = hf["hidden_size"]
+    for name in jacs["float32"]:
+        m32, m64 = (spectra.spectral_metrics(jacs[t][name], tol=spectra.rank_tolerance(d, t)) for t in jacs)
+        for key in ("numerical_rank", "n_modes", "frac_complex", "frac_expansive"):
+            assert m32[key] == m64[key], (name, key)
+        # σ_r moves by at most ~τσ₁ under float32 rounding: cond = σ₁/σ_r by at most τ·cond relative
+        tau = spectra.rank_tolerance(d)
+        assert m32["cond"] == pytest.approx(m64["cond"], rel=tau * m64["cond"] + 1e-12), name
+
+
+# ---- intervals ----------------------------------------------------------------------------------------
+def sampled_groups(M: np.ndarray, G: int, n: int, sigma: float, g: np.random.Generator):
+    """Group means of n samples J_s = M + σ·Z_s each: J̄_g = M + σ/√n·Z_g (float32, like the job's files)."""
+    return (M[None] + sigma / np.sqrt(n) * g.standard_normal((G, *M.shape))).astype(np.float32)
+
+
+def interval_run(mats, G, n, sigma, g, sr_k=3, schur_blocks=4):
+    """One synthetic data set: group means per boundary -> spectra rows, cumulative and Schur tables with CIs."""
+    from layergeom.spectral import intervals
+
+    counts = np.full(G, n)
+    groups = {b: sampled_groups(M, G, n, sigma, g) for b, M in mats.items()}
+    means = {b: gr.astype(np.float64).mean(0) for b, gr in groups.items()}
+    reps = intervals.replicates(counts)
+    devs = {b: intervals.deviations(means[b], groups[b], counts, reps) for b in mats}
+    rows = {b: spectra.spectra_row(b, means[b], G * n, sr_k=sr_k, deltas=devs[b], weights=reps.weights)[0]
+            for b in mats}  # fmt: skip
+    cum = cumulative.cumulative_rows(((b, means[b], devs[b]) for b in mats), weights=reps.weights)
+    breps = intervals.replicates(counts, schur_blocks)
+    bdevs = {b: intervals.deviations(means[b], groups[b], counts, breps) for b in mats}
+    sch = schur.schur_surgery(means, alphas=[0, 0.5], seed=1, sr_k=sr_k, boundary_metrics="none",
+                              deviations=bdevs, weights=breps.weights)  # fmt: skip
+    return rows, cum, sch
+
+
+def truth_tables(mats, sr_k=3):
+    rows = {b: spectra.spectral_metrics(M, sr_k=sr_k) for b, M in mats.items()}
+    cum = cumulative.cumulative_table(mats)
+    sch = schur.schur_surgery(mats, alphas=[0, 0.5], seed=1, sr_k=sr_k, boundary_metrics="none")
+    return rows, cum, sch
+
+
+def coverage_mats():
+    """Three non-normal 6×6 boundaries with two complex pairs (0.5 ± 0.4i, 1.3 ± 0.3i) and two real
+    eigenvalues (0.2, 0.9), separated by more than the sampling noise moves them: the mode counts are those
+    of the truth and every smooth metric is differentiable there. (With real eigenvalues closer than the
+    noise, noise pushes them into complex pairs: the complex fraction of J̄ is then biased upwards, which no
+    interval around it corrects; ``intervals`` notes it.)"""
+    out = {}
+    for i, b in enumerate(["L0.attn", "L0.mlp", "L1.attn"]):
+        Q = random_orthogonal(6, 40 + i)
+        T = np.zeros((6, 6))
+        T[:2, :2] = [[0.5, 0.4], [-0.4, 0.5]]
+        T[2:4, 2:4] = [[1.3, 0.3], [-0.3, 1.3]]
+        T[4, 4], T[5, 5] = 0.2, 0.9
+        T += np.triu(rng(50 + i).standard_normal((6, 6)), 2) * 0.3  # non-normal part above the blocks
+        out[b] = Q @ T @ Q.T
+    return out
+
+
+def test_intervals_cover_the_true_metrics_at_about_the_nominal_rate():
+    # 100 synthetic data sets, G = 16 groups: a 95 % interval covers the metric of the true mean Jacobian in
+    # ≥ 80 of them. Binomial(100, 0.95) has sd 2.2, so 80 is ~7 sd below nominal: the check fails for a
+    # badly wrong interval (ignoring the group variance, a wrong scale, no t-quantile with 4 Schur blocks:
+    # those cover ≲ 60 %), not for Monte Carlo noise or the jackknife's few-per-cent undercoverage.
+    mats = coverage_mats()
+    truth = truth_tables(mats)
+    g = rng(123)
+    metrics = ["cond", "self_realign", "henrici", "erank", "part_ratio", "asymmetry", "frac_complex",
+               "frac_expansive"]  # fmt: skip
+    hits = {m: 0 for m in metrics} | {"cumulative": 0, "schur": 0}
+    trials = 100
+    for _ in range(trials):
+        rows, cum, sch = interval_run(mats, G=16, n=20, sigma=0.15, g=g)
+        for m in metrics:  # one boundary per trial (the middle one): independent trials
+            r, t = rows["L0.mlp"], truth[0]["L0.mlp"][m]
+            hits[m] += r[f"{m}_ci_low"] <= t <= r[f"{m}_ci_high"]
+        last = cum[(cum["variant"] == "update")].iloc[-1]
+        t = truth[1][truth[1]["variant"] == "update"]["erank"].iloc[-1]
+        hits["cumulative"] += last["erank_ci_low"] <= t <= last["erank_ci_high"]
+        sel = (sch["variant"] == "update") & (sch["alpha"] == 0.5) & (sch["control"] == "none")
+        tsel = (truth[2]["variant"] == "update") & (truth[2]["alpha"] == 0.5) & (truth[2]["control"] == "none")
+        row, t = sch[sel].iloc[-1], truth[2][tsel]["erank"].iloc[-1]
+        hits["schur"] += row["erank_ci_low"] <= t <= row["erank_ci_high"]
+    assert min(hits.values()) >= 80, hits
+
+
+def test_intervals_shrink_with_the_number_of_samples():
+    # 4x the samples per group: widths halve (1/√N) up to the jackknife's own noise
+    mats = coverage_mats()
+    widths = {}
+    for n in (10, 40):
+        g = rng(7)
+        w = []
+        for _ in range(20):
+            rows, cum, sch = interval_run(mats, G=16, n=n, sigma=0.3, g=g)
+            r = rows["L0.attn"]
+            last = cum.iloc[len(mats) - 1]
+            s = sch[(sch["alpha"] == 0) & (sch["variant"] == "update")].iloc[-1]
+            w.append(
+                [r[f"{m}_ci_high"] - r[f"{m}_ci_low"] for m in ("cond", "henrici", "erank", "self_realign")]
+                + [last["erank_ci_high"] - last["erank_ci_low"], s["erank_ci_high"] - s["erank_ci_low"]]
+            )
+        widths[n] = np.mean(w, axis=0)
+    ratio = widths[10] / widths[40]
+    assert np.all((ratio > 1.6) & (ratio < 2.5)), ratio
+
+
+def test_linear_replicates_match_exact_replicates():
+    # first-order replicates (intervals.method linear) against recomputing each replicate (exact), on a
+    # full-rank non-normal and on a GQA-like rank-deficient J̄ (deviations inside its range, like real groups)
+    from layergeom.spectral import intervals
+
+    g = rng(5)
+    d, r = 40, 16
+    A = nonnormal(d, seed=3) / 4
+    P = random_orthogonal(d, 9)[:, :r]
+    L = P @ (g.standard_normal((r, d)) / np.sqrt(d))
+    for J, D in ((A, 2e-3 * g.standard_normal((6, d, d)) / np.sqrt(d)),
+                 (L, np.stack([P @ (2e-3 * g.standard_normal((r, d)) / np.sqrt(d)) for _ in range(6)]))):  # fmt: skip
+        tol = spectra.rank_tolerance(d)
+        lin = intervals.metric_replicates(J, D, tol=tol, sr_k=6)
+        ex = intervals.metric_replicates(J, D, tol=tol, sr_k=6, method="exact")
+        base = spectra.spectral_metrics(J, sr_k=6, tol=tol)
+        for m in ("cond", "self_realign", "henrici", "erank", "part_ratio", "asymmetry"):
+            change = np.abs(ex[m] - base[m]).max()
+            assert np.abs(lin[m] - ex[m]).max() <= 0.1 * change + 1e-12, m  # second order: ≤ 10 % of the change
+        for m in ("frac_complex", "frac_expansive"):
+            np.testing.assert_array_equal(lin[m], ex[m])
+
+
+def test_cumulative_tangents_match_exact_replicate_products():
+    from layergeom.spectral import intervals
+
+    g = rng(6)
+    d = 12
+    mats = [g.standard_normal((d, d)) / np.sqrt(d) for _ in range(6)]
+    devs = [1e-3 * g.standard_normal((4, d, d)) for _ in mats]
+    for v in ("update", "full"):
+        chain = intervals.ProductChain(cumulative.tangent_floor(d))
+        lin = np.array([chain.step(cumulative.step_operator(J, v), D)[2] for J, D in zip(mats, devs)]).T  # (K, n)
+        ex = intervals.product_replicates_exact(mats, devs, lambda J, v=v: cumulative.step_operator(J, v))
+        base = cumulative.cumulative_erank(mats, v)[0]
+        assert np.abs(lin - ex).max() <= 0.05 * np.abs(ex - base).max()
+
+
+def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
+    d = 10
+    J = nonnormal(d, seed=4) / 3
+    D = rng(2).standard_normal((1, d, d))
+    form = schur.schur_form(J)
+    tan = schur.schur_tangent(form, J, D)
+    h = 1e-6
+    fd = (schur.schur_form(J + h * D[0]).normal_part - schur.schur_form(J - h * D[0]).normal_part) / (2 * h)
+    np.testing.assert_allclose(tan.dJ0[0], fd, atol=1e-4 * np.abs(fd).max())
+
+    def control(M):  # the random control's Q N' Qᴴ, N' one seeded draw rescaled to ‖N(M)‖_F
+        f = schur.schur_form(M)
+        # Q N' Qᴴ depends on the phases of the Schur vectors (N' is fixed): take them parallel to J's (the
+        # tangent's gauge W_ii = 0; LAPACK's own phase convention is arbitrary)
+        ph = np.diagonal(form.Q.conj().T @ f.Q)
+        Q = f.Q * (np.conj(ph) / np.abs(ph))[None]
+        Nr = schur.random_strict_upper(d, float(np.linalg.norm(f.N)), rng(3))
+        return Q @ Nr @ Q.conj().T, Nr
+
+    R, Nr = control(J)
+    fd = (control(J + h * D[0])[0] - control(J - h * D[0])[0]) / (2 * h)
+    W = tan.W[0].astype(np.complex128)
+    lin = form.Q @ (W @ Nr - Nr @ W) @ form.Q.conj().T + tan.dnorm_rel[0] * R
+    np.testing.assert_allclose(lin, fd, atol=1e-4 * np.abs(fd).max())
+    # a rank-deficient J̄: the non-zero modes lead the Schur form, whatever the order it came in
+    g = rng(8)
+    d, r = 12, 4
+    T = np.triu(g.standard_normal((d, d)) + 1j * g.standard_normal((d, d)), 1)
+    T[: d - r, : d - r] = 0  # a semisimple zero eigenvalue of multiplicity d − r: rank r
+    T[np.arange(d), np.arange(d)] = np.r_[np.zeros(d - r) + 1e-12, 1 + np.arange(r)]  # zeros first
+    Q = scipy.linalg.qr(g.standard_normal((d, d)) + 1j * g.standard_normal((d, d)))[0]
+    J = Q @ T @ Q.conj().T
+    T2, Q2, n = schur.nonzero_first(T, Q, spectra.rank_tolerance(d))
+    assert n == r and np.all(np.abs(np.diag(T2)[:r]) > 0.5) and np.all(np.abs(np.diag(T2)[r:]) < 1e-9)
+    np.testing.assert_allclose(Q2 @ T2 @ Q2.conj().T, J, atol=1e-10)
+    assert np.allclose(np.tril(T2, -1), 0)
+    # then J₀ = QΛQᴴ maps into the invariant subspace of the non-zero modes: for a semisimple zero, range(J)
+    U = np.linalg.svd(J)[0][:, :r]
+    J0 = (Q2 * np.diag(T2)) @ Q2.conj().T
+    assert np.linalg.norm(J0 - U @ (U.conj().T @ J0)) < 1e-8 * np.linalg.norm(J0)
+    J0_before = (Q * np.diag(T)) @ Q.conj().T  # zeros first: J₀ maps outside range(J)
+    assert np.linalg.norm(J0_before - U @ (U.conj().T @ J0_before)) > 0.1 * np.linalg.norm(J0_before)
+
+
+def test_replicates_and_deviations():
+    from layergeom.spectral import intervals
+
+    counts = np.array([3, 3, 4, 4, 5])
+    reps = intervals.replicates(counts)
+    assert reps.K == 5 and reps.weights.sum() == pytest.approx(1)
+    blocks = intervals.replicates(counts, 2)
+    assert [m.tolist() for m in blocks.members] == [[0, 1, 2], [3, 4]]
+    groups = rng(0).standard_normal((5, 3, 3)).astype(np.float32)
+    mean = np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1)
+    D = intervals.deviations(mean, groups, counts, reps)
+    for k in range(5):  # J̄_(−k) by hand
+        keep = np.arange(5) != k
+        loo = np.tensordot(counts[keep] / counts[keep].sum(), groups[keep].astype(np.float64), axes=1)
+        np.testing.assert_allclose(mean + D[k], loo, atol=1e-6)
+    # the variance of a linear statistic is the sandwich of the weighted mean
+    theta = rng(1).standard_normal(5)
+    w = counts / counts.sum()
+    lin = float(w @ theta)
+    loo = [(lin - w[k] * theta[k]) / (1 - w[k]) for k in range(5)]
+    lo, hi = intervals.jackknife_interval(lin, loo, w, 0.95)
+    sandwich = 5 / 4 * np.sum(w**2 * (theta - lin) ** 2)
+    assert (hi - lo) / 2 == pytest.approx(scipy.stats.t.ppf(0.975, 4) * np.sqrt(sandwich))
+    with pytest.raises(ValueError, match="at least 2"):
+        intervals.replicates([5])
+
+
+# ---- files: group means, tables, convergence ---------------------------------------------------------
+def write_boundary_files(folder, mats, G=8, n=5, sigma=0.2, seed=0, counts=None):
+    import json
+
+    from layergeom.spectral import pipeline
+
+    g = rng(seed)
+    counts = np.full(G, n) if counts is None else counts
+    paths = {k: [] for k in ("npy", "groups", "meta")}
+    for b, M in mats.items():
+        groups = sampled_groups(M, len(counts), n, sigma, g)
+        mean = np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1)
+        np.save(folder / f"{b}.npy", mean)
+        np.save(folder / f"{b}.groups.npy", groups)
+        (folder / f"{b}.json").write_text(json.dumps({"boundary": b, "n_samples": int(counts.sum()),
+                                                       "group_counts": list(map(int, counts))}))  # fmt: skip
+        for k, ext in (("npy", "npy"), ("groups", "groups.npy"), ("meta", "json")):
+            paths[k].append(folder / f"{b}.{ext}")
+    return pipeline.BoundaryFiles(list(mats), paths["npy"], paths["groups"], paths["meta"])
+
+
+def test_table_writers_from_files(tmp_path):
+    from layergeom.io import read_tsv
+    from layergeom.spectral import pipeline
+
+    mats = {f"L{i}.{k}": nonnormal(6, seed=10 * i + j) / 3 for i in range(3) for j, k in enumerate(("attn", "mlp"))}
+    files = write_boundary_files(tmp_path, mats)
+    t = pipeline.write_spectra(files, tmp_path / "spectra.tsv", tmp_path / "eig.tsv", sr_k=2)
+    back = read_tsv(tmp_path / "spectra.tsv")
+    cols = ["boundary", "layer", "kind", "n_samples", "numerical_rank", *spectra.METRICS]
+    assert list(back.columns[: len(cols)]) == cols and (back["n_samples"] == 40).all()
+    for m in ("cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "erank"):
+        assert (back[f"{m}_ci_low"] <= back[m] + 1e-12).all() and (back[m] <= back[f"{m}_ci_high"] + 1e-12).all()
+    assert set(read_tsv(tmp_path / "eig.tsv").columns) >= {"boundary", "real", "imag", "nonzero", "complex"}
+    cum = pipeline.write_cumulative(files, tmp_path / "cumulative.tsv")
+    assert {"erank_ci_low", "erank_ci_high"} <= set(cum.columns) and cum["erank_ci_low"].notna().all()
+    sch = pipeline.write_schur(files, tmp_path / "schur.tsv", alphas=[0, 0.5, 1], sr_k=2)
+    assert set(sch["variant"]) == {"update", "full"}
+    own = sch[sch["control"] == "none"]
+    assert own["erank_ci_low"].notna().all()
+    assert sch[(sch["control"] == "random") & (sch["alpha"] > 0)]["erank_ci_low"].isna().all()  # default: own N
+    both = pipeline.write_schur(files, tmp_path / "schur2.tsv", alphas=[0.5], sr_k=2, ci_controls=["none", "random"])
+    assert both["erank_ci_low"].notna().all() and (both["erank_ci_low"] <= both["erank"]).all()
+    conv = pipeline.write_convergence(files, tmp_path / "convergence.tsv", n_edge=2, sr_k=2)
+    assert list(conv.columns[:5]) == ["metric", "n_samples", "value", "ci_low", "ci_high"]
+    assert (conv.groupby("metric")["n_samples"].nunique() >= 4).all()  # ≥ 4 nested sizes per metric
+    full = conv[conv["n_samples"] == conv["n_samples"].max()].set_index("metric")["value"]
+    assert full["erank_middle"] == pytest.approx(t["erank"].iloc[len(t) // 2], rel=1e-6)
+    assert full["cumulative_erank_full"] == pytest.approx(cum[cum["variant"] == "full"]["erank"].iloc[-1], rel=1e-6)
+    assert t["henrici"].iloc[:2].mean() == pytest.approx(full["henrici_early"], rel=1e-6)
+    # one grouping per checkpoint, or a clear error
+    bad = write_boundary_files(tmp_path / "bad" if (tmp_path / "bad").mkdir() is None else None, mats,
+                               counts=np.array([4, 4, 4, 4, 4, 4, 4, 12]))  # fmt: skip
+    bad._meta[bad.names[-1]].write_text('{"n_samples": 40, "group_counts": [5, 5, 5, 5, 5, 5, 5, 5]}')
+    from layergeom.runtime import LayergeomError
+
+    with pytest.raises(LayergeomError, match="group_counts"):
+        pipeline.write_cumulative(bad, tmp_path / "x.tsv")
+
+
+def test_boundary_jacobians_write_group_means_that_average_to_the_mean(tmp_path):
+    import json
+
+    import torch
+    from conftest import tiny_model
+
+    from layergeom.adapters import get_adapter
+    from layergeom.spectral import pipeline
+    from layergeom.store import ActivationStore, dump_activations
+
+    ad = get_adapter(tiny_model("llama"))
+    windows = torch.randint(0, 512, (7, 9), generator=torch.Generator().manual_seed(6)).numpy()
+    dump_activations(ad, windows, tmp_path / "acts", batch_size=4)
+    names = [b.name for b in ad.boundaries]
+    files = {"npy": "npy", "tsv": "tsv", "groups": "groups.npy", "json": "json"}
+    outs = {n: {k: tmp_path / f"{n}.{e}" for k, e in files.items()} for n in names}
+    settings = {"n_samples": 8, "n_groups": 3, "samples": "last"}
+    pipeline.boundary_jacobians(ad, ActivationStore(tmp_path / "acts"), names, outs, settings)
+    for n in names:
+        J, groups = np.load(outs[n]["npy"]), np.load(outs[n]["groups"])
+        meta = json.loads(outs[n]["json"].read_text())
+        assert groups.shape == (3, ad.d_model, ad.d_model) and groups.dtype == np.float32
+        assert meta["n_samples"] == 7 and meta["group_counts"] == [3, 2, 2]
+        assert meta["group_windows"] == [[0, 2], [3, 4], [5, 6]]
+        w = np.array(meta["group_counts"]) / 7
+        np.testing.assert_allclose(np.tensordot(w, groups.astype(np.float64), axes=1), J, atol=1e-6 * np.abs(J).max())
+
+
+def test_one_sample_group_gives_nan_intervals_not_a_crash(tmp_path):
+    from layergeom.spectral import pipeline
+
+    mats = {f"L{i}.attn": nonnormal(5, seed=i) / 3 for i in range(3)}
+    files = write_boundary_files(tmp_path, mats, G=1)
+    t = pipeline.write_spectra(files, tmp_path / "s.tsv", sr_k=2)
+    assert t["erank_ci_low"].isna().all() and t["erank"].notna().all()
+    c = pipeline.write_cumulative(files, tmp_path / "c.tsv")
+    assert list(c.columns[:6]) == ["variant", "depth", "boundary", "erank", "erank_ci_low", "erank_ci_high"]
+    assert c["erank_ci_low"].isna().all()
+    assert pipeline.write_schur(files, tmp_path / "u.tsv", alphas=[0, 1], sr_k=2)["erank_ci_low"].isna().all()
+    assert len(pipeline.write_convergence(files, tmp_path / "v.tsv", sr_k=2)) == 0

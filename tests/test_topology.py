@@ -19,6 +19,7 @@ from layergeom.topology.coupling import (
     henrici,
     henrici_split,
     operator_summary,
+    permutation_count,
     significant_counts,
     spearman_permutation,
     sweep_table,
@@ -192,11 +193,61 @@ def test_spearman_rho_equals_scipy_and_is_small_for_a_planted_coupling():
     rng = np.random.default_rng(9)
     x = rng.normal(size=300)
     y = 0.5 * x + rng.normal(size=300)
-    rho, p, n = spearman_permutation(x, y, 999, np.random.default_rng(0))
-    assert rho == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12) and n == 300
+    rho, p, n, used = spearman_permutation(x, y, 999, np.random.default_rng(0))
+    assert rho == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12) and n == 300 and used == 999
     assert p == pytest.approx(2 / 1000)  # the smallest two-sided value 999 permutations can give
     x[:5] = np.nan
     assert spearman_permutation(x, y, 99, np.random.default_rng(0))[2] == 295
+
+
+def test_permutation_p_value_agrees_with_the_exact_null_on_a_small_case():
+    # n = 6: all 720 permutations enumerated give the exact two-sided p of this statistic
+    from itertools import permutations
+
+    x, y = np.array([1.0, 3, 2, 5, 4, 6]), np.array([2.0, 1, 4, 3, 6, 5])
+    rx, ry = stats.rankdata(x) - 3.5, stats.rankdata(y) - 3.5
+    null = np.array([rx[list(q)] @ ry for q in permutations(range(6))])
+    obs = rx @ ry
+    exact = min(1.0, 2 * min(np.mean(null >= obs - 1e-9), np.mean(null <= obs + 1e-9)))
+    p = spearman_permutation(x, y, 20000, np.random.default_rng(1))[1]
+    assert p == pytest.approx(exact, abs=4 * np.sqrt(exact * (1 - exact) / 20000) + 2e-4)
+
+
+def test_adaptive_stop_spends_permutations_only_near_the_threshold():
+    rng = np.random.default_rng(11)
+    x = np.linspace(-1, 1, 201)
+    null_y, strong_y = x**2, 0.6 * x + rng.normal(size=201)  # ρ(x, x²) = 0 on a symmetric grid: p ≈ 1
+    _, p_null, _, used_null = spearman_permutation(x, null_y, 20000, np.random.default_rng(0), stop_above=0.05)
+    _, p_strong, _, used_strong = spearman_permutation(x, strong_y, 20000, np.random.default_rng(0), stop_above=0.05)
+    assert p_null > 0.05 and used_null < 20000  # stopped: can never pass BH at 0.05
+    assert used_strong == 20000 and p_strong == pytest.approx(2 / 20001)
+
+
+@pytest.mark.parametrize("model", sorted(__import__("conftest").TEST_CONFIG["models"]))
+def test_permutation_count_lets_one_boundary_pass_bh_on_the_test_config(model):
+    from conftest import TEST_CONFIG
+
+    from layergeom.adapters import boundaries_for
+
+    m_cfg = TEST_CONFIG["models"][model]
+    h = m_cfg["hf_config"]
+    m = len(boundaries_for(m_cfg["family"], int(h.get("num_hidden_layers") or h.get("n_layer"))))
+    q = _defaults()["fdr_q"]
+    n = permutation_count(m, q, _defaults()["n_permutations"])
+    assert n >= np.ceil(2 * m / q)
+    assert 2 / (n + 1) <= q / m  # the smallest p passes BH alone: p_(1) ≤ q·1/m
+    # and on a table: a planted coupling at one boundary among m nulls is significant alone
+    rng = np.random.default_rng(21)
+    d = 80
+    names = [f"L{i}.block" for i in range(m)]
+    graphs, jac = {}, {}
+    for i, b in enumerate(names):
+        p = rng.random(d)
+        gain = 0.5 * p if i == 0 else 0.3 * rng.random(d)
+        jac[b] = np.diag(np.exp(gain) - 1)
+        graphs[b] = _graph_nodes(p)
+    t = coupling_table(graphs, jac, _defaults(), seed=0)
+    assert bool(t["significant"].iloc[0]) and int(t["n_permutations"].iloc[0]) == n
 
 
 def test_permutation_p_value_is_uniform_under_the_null():
@@ -301,6 +352,7 @@ def test_schema_defaults_are_the_methods_choices():
     cfg = _defaults()
     assert (cfg["top_k"], cfg["resolution"], cfg["boundary_percentile"]) == (20, 0.05, 80)
     assert (cfg["amplification"], cfg["fdr_q"]) == ("full", 0.05)
+    assert cfg["n_permutations"] is None and permutation_count(60, 0.05) == 4800
 
 
 def test_checkpoint_coupling_from_files_uses_the_spectra_henrici(tmp_path):

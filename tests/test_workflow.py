@@ -31,11 +31,17 @@ def test_full_dag_outputs(reference_run):
 REQUIRED_COLUMNS = {
     "tokenwise.tsv": "layer class n_anchors cos_full_tok cos_full_res angle_tok_deg angle_res_deg proj_full proj_res "
     "relerr kl spearman_rho rho_ci_low rho_ci_high",
-    "spectra.tsv": "boundary layer kind n_samples cond self_realign henrici frac_expansive frac_complex asymmetry "
-    "erank part_ratio",
-    "cumulative.tsv": "variant depth boundary erank",
-    "schur.tsv": "alpha control depth erank",
-    "coupling.tsv": "boundary layer kind n_communities rho p_value q_value significant",
+    "spectra.tsv": "boundary layer kind n_samples numerical_rank cond self_realign henrici frac_expansive frac_complex "
+    "asymmetry erank part_ratio "
+    + " ".join(
+        f"{m}_ci_{s}"
+        for m in ("cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "erank")
+        for s in ("low", "high")
+    ),  # fmt: skip
+    "cumulative.tsv": "variant depth boundary erank erank_ci_low erank_ci_high",
+    "schur.tsv": "alpha control depth erank erank_ci_low erank_ci_high variant",
+    "convergence.tsv": "metric n_samples value ci_low ci_high",
+    "coupling.tsv": "boundary layer kind n_communities rho p_value q_value significant n_permutations",
 }
 
 
@@ -52,6 +58,18 @@ def test_output_tables_have_the_documented_columns(reference_run):
                     assert [r["boundary"] for r in rows] == man["boundaries"]
                 if table == "coupling.tsv":
                     assert {r["significant"] for r in rows} <= {"true", "false"}
+                    # enough permutations that one boundary alone can pass BH (unless stopped early above q)
+                    m, q = len(rows), 0.05
+                    assert max(int(r["n_permutations"]) for r in rows) >= 2 * m / q or all(
+                        float(r["p_value"]) > q for r in rows
+                    )
+                if table == "schur.tsv":
+                    assert {r["variant"] for r in rows} == {"update", "full"}
+                if table == "convergence.tsv":
+                    sizes = {}
+                    for r in rows:
+                        sizes.setdefault(r["metric"], set()).add(r["n_samples"])
+                    assert min(len(v) for v in sizes.values()) >= min(4, int(man["n_windows"]) - 1)
 
 
 def test_nothing_left_to_do(reference_run):

@@ -1,6 +1,8 @@
 """Paper B spectral figures: eigenvalues in the complex plane, the spectral gradient through depth, the
-cumulative effective rank and the Schur surgery. Each function takes tables keyed by checkpoint (in
-config order) and returns a matplotlib figure; ``draw`` reads the files and writes PNG and PDF."""
+cumulative effective rank, the Schur surgery and the convergence with the number of samples. Each function
+takes tables keyed by checkpoint (in config order) and returns a matplotlib figure; ``draw`` reads the files
+and writes PNG and PDF. Every metric with an interval (``*_ci_low``/``*_ci_high``) is drawn with its band,
+so a trained-vs-init difference reads against the sampling uncertainty."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from ..io import read_tsv, save_figure  # noqa: E402
-from ..spectral.spectra import frac_complex  # noqa: E402
 
 # one line style per boundary kind (names.KIND_ORDER): attention, MLP, per-layer input (Gemma-4), whole block
 KIND_STYLE = {"attn": "-", "mlp": "--", "pli": "-.", "block": ":"}
@@ -26,12 +27,21 @@ def kind_style(kind: str):
 
 
 GRADIENT_PANELS = [
-    ("cond", "condition number σ₁/σ_d", True),
+    ("cond", "condition number σ₁/σ_r (non-zero part)", True),
     ("self_realign", "self-realignment SR_k", False),
     ("henrici", "Henrici departure (normalised)", False),
     ("frac_expansive", "fraction expansive |λ|>1", False),
     ("frac_complex", "fraction complex eigenvalues", False),
+    ("erank", "effective rank of J̄_b", False),
 ]
+BAND_ALPHA = 0.2
+
+
+def band(ax, x, table: pd.DataFrame, col: str, color, **kw) -> None:
+    """Shade the interval of `col` (columns {col}_ci_low/_ci_high) when the table has it."""
+    lo, hi = f"{col}_ci_low", f"{col}_ci_high"
+    if lo in table and hi in table and np.isfinite(table[lo]).any():
+        ax.fill_between(np.asarray(x, float), table[lo], table[hi], color=color, alpha=BAND_ALPHA, lw=0, **kw)
 
 
 def checkpoint_colours(names) -> dict[str, tuple]:
@@ -51,8 +61,12 @@ def normalised_depth(layer, n_layers: int):
     return np.asarray(layer, dtype=float) / max(n_layers - 1, 1)
 
 
-def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], title: str, complex_tol: float = 1e-9):
-    """Eigenvalues of J̄_b in the complex plane with the unit circle; rows = checkpoints, columns = boundaries."""
+def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], title: str):
+    """Eigenvalues of J̄_b in the complex plane with the unit circle; rows = checkpoints, columns = boundaries.
+
+    Numerically zero modes (below the rank threshold) are grey; the title counts the complex fraction over
+    the non-zero modes (columns ``nonzero``/``complex`` of eigenvalues.tsv).
+    """
     nr, nc = len(tables), len(boundaries)
     fig, axes = plt.subplots(nr, nc, figsize=(3.2 * nc, 3.2 * nr), squeeze=False)
     t = np.linspace(0, 2 * np.pi, 400)
@@ -60,17 +74,22 @@ def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], tit
         for j, b in enumerate(boundaries):
             ax = axes[i, j]
             ev = df[df["boundary"] == b]
+            nz = ev["nonzero"].astype(bool) if "nonzero" in ev else pd.Series(True, index=ev.index)
             ax.plot(np.cos(t), np.sin(t), color="0.5", lw=0.8, zorder=1)
             ax.axhline(0, color="0.85", lw=0.5, zorder=0)
             ax.axvline(0, color="0.85", lw=0.5, zorder=0)
-            ax.scatter(ev["real"], ev["imag"], s=4, color="C0", alpha=0.7, linewidths=0, zorder=2)
+            ax.scatter(ev["real"][~nz], ev["imag"][~nz], s=3, color="0.7", linewidths=0, zorder=2)
+            ax.scatter(ev["real"][nz], ev["imag"][nz], s=4, color="C0", alpha=0.7, linewidths=0, zorder=3)
             lim = max(1.1, 1.05 * float(ev["abs"].max()) if len(ev) else 1.1)
             ax.set_xlim(-lim, lim)
             ax.set_ylim(-lim, lim)
             ax.set_aspect("equal")
-            if len(ev):
-                f_c = frac_complex(ev["real"].to_numpy() + 1j * ev["imag"].to_numpy(), complex_tol)
-                ax.set_title(f"{ck} · {b}\nρ = {ev['abs'].max():.3g}, complex {100 * f_c:.0f} %", fontsize=8)
+            if len(ev) and "complex" in ev and nz.any():
+                f_c = float(ev["complex"][nz].astype(bool).mean())
+                ax.set_title(
+                    f"{ck} · {b}\nρ = {ev['abs'].max():.3g}, complex {100 * f_c:.0f} % of {int(nz.sum())} modes",
+                    fontsize=8,
+                )
             else:
                 ax.set_title(f"{ck} · {b}", fontsize=8)
             if i == nr - 1:
@@ -78,7 +97,7 @@ def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], tit
             if j == 0:
                 ax.set_ylabel("Im λ", fontsize=8)
             ax.tick_params(labelsize=7)
-    fig.suptitle(f"{title}: eigenvalues of J̄_b (unit circle in grey)", fontsize=10)
+    fig.suptitle(f"{title}: eigenvalues of J̄_b (unit circle; numerically zero modes grey)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -86,7 +105,7 @@ def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], tit
 def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
     """κ, SR, Henrici, f_exp, f_cplx against normalised depth; one colour per checkpoint, line style per kind."""
     colours = checkpoint_colours(list(tables))
-    fig, grid = plt.subplots(2, 3, figsize=(10.5, 6.2))
+    fig, grid = plt.subplots(2, 4, figsize=(13.5, 6.2))
     axes = grid.ravel()
     kinds_seen: list[str] = []
     for ax, (col, label, logy) in zip(axes, GRADIENT_PANELS):
@@ -96,20 +115,34 @@ def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
                 part = part.sort_values("layer")
                 x = normalised_depth(part["layer"], n_layers)
                 ax.plot(x, part[col], ls=kind_style(kind), color=colours[ck], lw=1.2, marker=".", ms=3)
+                band(ax, x, part, col, colours[ck])
         if col == "self_realign":
             base = next(iter(tables.values()))["sr_baseline"].iloc[0]
             ax.axhline(base, color="0.6", lw=0.8, ls=(0, (1, 2)))
             ax.text(0.01, base, " random k/d", fontsize=6, color="0.4", va="bottom", transform=ax.get_yaxis_transform())
         if logy:
             ax.set_yscale("log")
+        elif col in ("self_realign", "henrici", "frac_expansive", "frac_complex"):
+            ax.set_ylim(-0.03, 1.03)  # fractions: the whole range, so bands and levels read alike
         ax.set_xlabel("normalised depth", fontsize=8)
         ax.set_title(label, fontsize=8)
         ax.tick_params(labelsize=7)
     handles = [Line2D([], [], color=c, lw=1.5, label=ck) for ck, c in colours.items()]
     handles += [Line2D([], [], color="k", ls=kind_style(k), label=k) for k in dict.fromkeys(kinds_seen)]
+    ax = axes[len(GRADIENT_PANELS)]
+    for ck, df in tables.items():  # numerical rank: how much of d the mode counts are taken over
+        for kind, part in df.groupby("kind", sort=False):
+            part = part.sort_values("layer")
+            ax.plot(normalised_depth(part["layer"], n_layers), part["numerical_rank"], ls=kind_style(kind),
+                    color=colours[ck], lw=1.2, marker=".", ms=3)  # fmt: skip
+    ax.set_title("numerical rank of J̄_b", fontsize=8)
+    ax.set_xlabel("normalised depth", fontsize=8)
+    ax.tick_params(labelsize=7)
+    for ax in axes[len(GRADIENT_PANELS) + 1 : -1]:
+        ax.axis("off")
     axes[-1].axis("off")
     axes[-1].legend(handles=handles, fontsize=8, loc="center", frameon=False, title="checkpoint / sublayer")
-    fig.suptitle(f"{title}: spectral gradient of J̄_b", fontsize=10)
+    fig.suptitle(f"{title}: spectral gradient of J̄_b (bands: {ci_label(tables)} intervals)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -124,6 +157,7 @@ def plot_cumulative(tables: dict[str, pd.DataFrame], primary: str, title: str):
         for ck, df in tables.items():
             part = df[df["variant"] == variant].sort_values("depth")
             ax.plot(part["depth"], part["erank"], color=colours[ck], lw=1.4, marker=".", ms=3, label=ck)
+            band(ax, part["depth"], part, "erank", colours[ck])
         ax.set_yscale("log")
         ax.set_xlabel("depth (boundaries composed)", fontsize=8)
         name = "J̄_b" if variant == "update" else "I + J̄_b"
@@ -131,43 +165,92 @@ def plot_cumulative(tables: dict[str, pd.DataFrame], primary: str, title: str):
         ax.tick_params(labelsize=7)
     axes[0, 0].set_ylabel("effective rank of C_n", fontsize=8)
     axes[0, -1].legend(fontsize=7, frameon=False)
-    fig.suptitle(f"{title}: cumulative effective rank", fontsize=10)
+    fig.suptitle(f"{title}: cumulative effective rank (bands: {ci_label(tables)} intervals)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def plot_schur(tables: dict[str, pd.DataFrame], title: str):
-    """Per checkpoint: cumulative erank vs depth for each α (own N solid, random control dashed), and at full depth."""
+def plot_schur(tables: dict[str, pd.DataFrame], title: str, primary: str = "update"):
+    """Per checkpoint and cumulative variant: erank vs depth for each α (own N solid, random control dashed,
+    bands where intervals exist), and erank at full depth against α with its interval."""
     nr = len(tables)
-    fig, axes = plt.subplots(nr, 2, figsize=(9.0, 3.2 * nr), squeeze=False)
+    variants = list(dict.fromkeys(v for df in tables.values() for v in df.get("variant", pd.Series([primary]))))
+    variants.sort(key=lambda v: v != primary)
+    fig, axes = plt.subplots(nr, 2 * len(variants), figsize=(4.4 * 2 * len(variants), 3.2 * nr), squeeze=False)
     for i, (ck, df) in enumerate(tables.items()):
+        if "variant" not in df:
+            df = df.assign(variant=primary)
         alphas = sorted(df["alpha"].unique())
         cmap = plt.get_cmap("plasma")
         col = {a: cmap(0.85 * k / max(len(alphas) - 1, 1)) for k, a in enumerate(alphas)}
-        ax = axes[i, 0]
-        for (a, control), part in df.groupby(["alpha", "control"], sort=True):
-            part = part.sort_values("depth")
-            ls = "-" if control == "none" else "--"
-            ax.plot(part["depth"], part["erank"], color=col[a], ls=ls, lw=1.2, label=f"α={a:g}, {control}")
-        ax.set_yscale("log")
-        ax.set_xlabel("depth (boundaries composed)", fontsize=8)
-        ax.set_ylabel("erank of cumulative J(α)", fontsize=8)
-        ax.set_title(f"{ck}: cumulative erank ({df['variant'].iloc[0]})", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=5.5, ncol=2, frameon=False)
-        ax = axes[i, 1]
-        last = df[df["depth"] == df["depth"].max()]
-        for control, part in last.groupby("control"):
-            part = part.sort_values("alpha")
-            ax.plot(part["alpha"], part["erank"], marker="o", ls="-" if control == "none" else "--", label=control)
-        ax.set_xlabel("α (scale of the strictly upper Schur part)", fontsize=8)
-        ax.set_ylabel("erank at full depth", fontsize=8)
-        ax.set_title(f"{ck}: bottleneck vs non-normality", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(title="N", fontsize=7, title_fontsize=7, frameon=False)
-    fig.suptitle(f"{title}: Schur surgery J(α) = Q(Λ + αN)Q*", fontsize=10)
+        for j, variant in enumerate(variants):
+            dv = df[df["variant"] == variant]
+            name = "J(α)" if variant == "update" else "I + J(α)"
+            ax = axes[i, 2 * j]
+            for (a, control), part in dv.groupby(["alpha", "control"], sort=True):
+                if a == 0 and control == "random":
+                    continue  # the same operator as α = 0 with the own N
+                part = part.sort_values("depth")
+                ls = "-" if control == "none" else "--"
+                ax.plot(part["depth"], part["erank"], color=col[a], ls=ls, lw=1.2, label=f"α={a:g}, {control}")
+                band(ax, part["depth"], part, "erank", col[a])
+            ax.set_yscale("log")
+            ax.set_xlabel("depth (boundaries composed)", fontsize=8)
+            ax.set_ylabel(f"erank of Π {name}", fontsize=8)
+            ax.set_title(f"{ck}: {variant}" + (" (primary)" if variant == primary else ""), fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=5.5, ncol=2, frameon=False)
+            ax = axes[i, 2 * j + 1]
+            last = dv[dv["depth"] == dv["depth"].max()]
+            for control, part in last.groupby("control"):
+                part = part.sort_values("alpha")
+                yerr = None
+                if "erank_ci_low" in part and np.isfinite(part["erank_ci_low"]).any():
+                    yerr = np.vstack([part["erank"] - part["erank_ci_low"], part["erank_ci_high"] - part["erank"]])
+                    yerr = np.where(np.isfinite(yerr), yerr, 0)
+                ax.errorbar(part["alpha"], part["erank"], yerr=yerr, marker="o", capsize=3,
+                            ls="-" if control == "none" else "--", label=control)  # fmt: skip
+            ax.set_xlabel("α (scale of the strictly upper Schur part)", fontsize=8)
+            ax.set_ylabel("erank at full depth", fontsize=8)
+            ax.set_title(f"{ck}: bottleneck vs non-normality ({variant})", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.legend(title="N", fontsize=7, title_fontsize=7, frameon=False)
+    fig.suptitle(f"{title}: Schur surgery J(α) = Q(Λ + αN)Q*, both cumulative operators", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_convergence(tables: dict[str, pd.DataFrame], title: str):
+    """Each headline metric against the number of samples (nested subsets), one colour per checkpoint."""
+    colours = checkpoint_colours(list(tables))
+    metrics = list(dict.fromkeys(m for df in tables.values() for m in df["metric"]))
+    nc = 4
+    nr = int(np.ceil(len(metrics) / nc))
+    fig, axes = plt.subplots(nr, nc, figsize=(3.4 * nc, 2.8 * nr), squeeze=False)
+    for ax, metric in zip(axes.ravel(), metrics):
+        for k, (ck, df) in enumerate(tables.items()):
+            part = df[df["metric"] == metric].sort_values("n_samples")
+            x = part["n_samples"].to_numpy(float) * (1 + 0.03 * k)  # side by side
+            yerr = np.vstack([part["value"] - part["ci_low"], part["ci_high"] - part["value"]])
+            ax.errorbar(x, part["value"], yerr=np.where(np.isfinite(yerr), yerr, 0), color=colours[ck],
+                        marker="o", ms=3, capsize=2, lw=1, label=ck)  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_title(metric, fontsize=8)
+        ax.set_xlabel("samples (first groups)", fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in axes.ravel()[len(metrics) :]:
+        ax.axis("off")
+    axes[0, 0].legend(fontsize=7, frameon=False)
+    fig.suptitle(f"{title}: headline metrics against the number of samples ({ci_label(tables, 'ci_low')})",
+                 fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def ci_label(tables: dict[str, pd.DataFrame], column: str = "_ci_low") -> str:
+    """'jackknife' when some table has intervals, else 'no'."""
+    has = any(c.endswith(column) and np.isfinite(df[c]).any() for df in tables.values() for c in df.columns)
+    return "jackknife" if has else "no"
 
 
 def draw(figure: str, inputs: list[str], settings: dict, png: str, pdf: str) -> None:
@@ -177,13 +260,15 @@ def draw(figure: str, inputs: list[str], settings: dict, png: str, pdf: str) -> 
     cfg = settings["spectra"]
     if figure == "eigenvalues":
         shown = cfg.get("eigen_boundaries") or default_eigen_boundaries(settings["boundaries"])
-        fig = plot_eigenvalues(tables, shown, title, cfg["complex_tol"])
+        fig = plot_eigenvalues(tables, shown, title)
     elif figure == "gradient":
         fig = plot_gradient(tables, settings["n_layers"], title)
     elif figure == "cumulative":
         fig = plot_cumulative(tables, cfg["cumulative_variant"], title)
     elif figure == "schur":
-        fig = plot_schur(tables, title)
+        fig = plot_schur(tables, title, cfg["cumulative_variant"])
+    elif figure == "convergence":
+        fig = plot_convergence(tables, title)
     else:
         raise ValueError(f"unknown spectra figure '{figure}'")
     save_figure(fig, png, pdf)

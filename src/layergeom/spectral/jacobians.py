@@ -20,7 +20,7 @@ accumulated in float64 whatever the compute dtype. The samples' token ids go alo
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from torch.func import jacfwd, jacrev, vmap
 from ..adapters import Adapter, Boundary
 from ..names import TOKENWISE_KINDS
 from ..runtime import LayergeomError
+from .settings import JacobianSettings  # noqa: F401  (re-exported)
 
 log = logging.getLogger("layergeom")
 
@@ -99,30 +100,6 @@ def naive_jacobians(
 
 
 # ---- settings ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class JacobianSettings:
-    """The ``spectra`` keys the Jacobian job reads (defaults as in config/schema/spectra.schema.yaml)."""
-
-    n_samples: int = 256
-    samples: str | int | None = None
-    n_groups: int = 16
-    summary_samples: int = 64
-    method: str = "auto"
-    context: str = "isolated"
-    chunk_size: int = 16
-    autodiff: str = "rev"
-    sample_spectral_norm: bool = False
-    dtype: str = "float32"
-
-    @classmethod
-    def from_config(cls, spectra: dict) -> JacobianSettings:
-        """The Jacobian keys of a ``spectra`` section (other keys are ignored)."""
-        return cls(**{f.name: spectra[f.name] for f in fields(cls) if f.name in spectra})
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 # ---- samples and groups ------------------------------------------------------------------------------
 def resolve_samples(samples, context: str):
     """The ``spectra.samples`` setting with null resolved by context: ``all`` isolated, ``last`` in context."""

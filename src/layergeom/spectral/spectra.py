@@ -11,34 +11,140 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.linalg
 
 from ..names import parse_boundary
 
 METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "asymmetry", "erank", "part_ratio"]
+#: the spectra.tsv metrics that carry a confidence interval ({metric}_ci_low, {metric}_ci_high)
+CI_METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "asymmetry", "erank", "part_ratio"]
+
+#: machine epsilon of each Jacobian compute dtype (spectra.dtype)
+EPS = {"float32": float(np.finfo(np.float32).eps), "float64": float(np.finfo(np.float64).eps)}
+
+
+def rank_tolerance(d: int, dtype: str = "float32", rank_tol: float | None = None) -> float:
+    """Relative numerical-rank threshold τ: σ_i counts as non-zero when σ_i > τ·σ₁ (`rank_tol` if given).
+
+    Derived: τ = d · ε with ε the machine epsilon of the Jacobian compute, floored at float32's: the rule of
+    ``numpy.linalg.matrix_rank`` (a d-term inner product in precision ε carries an error up to about d·ε of the
+    norm of its terms, so an exactly singular direction of J̄ comes out with σ up to ≈ d·ε·σ₁). The floor:
+    the activation store holds float32 states and transformers computes RMS/LayerNorms in float32 even in a
+    float64 model, so a float64 Jacobian still carries float32 rounding (the GQA attention Jacobians of such
+    a model are of exact rank n_kv·d_head only up to ~ε_fp32). E.g. d=576, float32: τ ≈ 6.9e-5.
+    """
+    if rank_tol is not None:
+        return float(rank_tol)
+    if dtype not in EPS:
+        raise ValueError(f"spectra.dtype '{dtype}' is not one of {', '.join(EPS)}")
+    return float(d * max(EPS[dtype], EPS["float32"]))
 
 
 @dataclass
 class Decomposition:
-    """Eigenvalues and the SVD J = U diag(s) Vh of one matrix."""
+    """Eigenvalues and the SVD J = U diag(s) Vh of one matrix (and unit left/right eigenvectors when computed)."""
 
     eigvals: np.ndarray  # (d,) complex
     U: np.ndarray  # (d, d)
     s: np.ndarray  # (d,) descending
     Vh: np.ndarray  # (d, d)
+    vl: np.ndarray | None = None  # (d, d) left eigenvectors: vl[:, i]ᴴ J = λ_i vl[:, i]ᴴ
+    vr: np.ndarray | None = None  # (d, d) right eigenvectors: J vr[:, i] = λ_i vr[:, i]
+
+    @property
+    def eig_condition(self) -> np.ndarray | None:
+        """Eigenvalue condition numbers κ_i = ‖y_i‖‖x_i‖ / |y_iᴴ x_i| (None without eigenvectors)."""
+        if self.vl is None or self.vr is None:
+            return None
+        return eigen_condition(self.vl, self.vr)
 
 
-def decompose(J: np.ndarray, eigvals: np.ndarray | None = None) -> Decomposition:
-    """Eigenvalues (unless given, e.g. from a Schur form) and the full SVD of J, in float64/complex128."""
+def eigen_condition(vl: np.ndarray, vr: np.ndarray) -> np.ndarray:
+    """κ_i = ‖y_i‖‖x_i‖ / |y_iᴴ x_i| of left (y) and right (x) eigenvectors: |δλ_i| ≤ κ_i‖E‖₂ to first order."""
+    dots = np.abs(np.sum(vl.conj() * vr, axis=0))  # (d,) |y_iᴴ x_i|
+    norms = np.linalg.norm(vl, axis=0) * np.linalg.norm(vr, axis=0)
+    with np.errstate(divide="ignore"):
+        return np.where(dots > 0, norms / dots, np.inf)
+
+
+def decompose(J: np.ndarray, eigvals: np.ndarray | None = None, vectors: bool = True) -> Decomposition:
+    """Eigenvalues (unless given, e.g. from a Schur form) and the full SVD of J, in float64/complex128.
+
+    ``vectors`` also keeps the left and right eigenvectors (LAPACK geev, about 1.3x the cost of eigenvalues
+    alone), which give each eigenvalue's precision κ_i and the first-order eigenvalue perturbations.
+    """
     J = np.asarray(J)
     J = J.astype(np.complex128 if np.iscomplexobj(J) else np.float64, copy=False)
-    lam = np.linalg.eigvals(J) if eigvals is None else np.asarray(eigvals)
+    vl = vr = None
+    if eigvals is not None:
+        lam = np.asarray(eigvals)
+    elif vectors:
+        lam, vl, vr = scipy.linalg.eig(J, left=True, right=True)
+    else:
+        lam = np.linalg.eigvals(J)
     U, s, Vh = np.linalg.svd(J)
-    return Decomposition(lam.astype(np.complex128), U, s, Vh)
+    return Decomposition(lam.astype(np.complex128), U, s, Vh, vl, vr)
 
 
-def condition_number(s: np.ndarray) -> float:
-    """Condition number σ1/σd (inf for a singular matrix)."""
-    return float(s[0] / s[-1]) if s[-1] > 0 else float("inf")
+def numerical_rank(s: np.ndarray, tol: float) -> int:
+    """Numerical rank r = #{σ_i > τ·σ₁} (0 for the zero matrix)."""
+    s = np.asarray(s)
+    return int(np.sum(s > tol * s[0])) if len(s) and s[0] > 0 else 0
+
+
+def condition_number(s: np.ndarray, rank: int | None = None) -> float:
+    """Condition number σ₁/σ_r over the first `rank` singular values (all d by default; inf when σ_r = 0)."""
+    r = len(s) if rank is None else int(rank)
+    if r < 1:
+        return float("nan")
+    return float(s[0] / s[r - 1]) if s[r - 1] > 0 else float("inf")
+
+
+def nonzero_modes(eigvals: np.ndarray, tol: float) -> np.ndarray:
+    """Mask of the numerically non-zero eigenvalues |λ_i| > τ·max|λ| (the rank threshold, on eigenvalues)."""
+    rho = np.abs(eigvals)
+    return rho > tol * (float(rho.max()) if len(rho) else 0.0)
+
+
+def complex_modes(eigvals: np.ndarray, tol: float, sigma_max: float, kappa: np.ndarray | None = None) -> np.ndarray:
+    """Mask of the eigenvalues that are complex beyond their precision: |Im λ_i| > κ_i · τ · σ₁.
+
+    The computed J̄ differs from the exact one by rounding E with ‖E‖₂ ≲ τσ₁ (τ the rank tolerance), and an
+    eigenvalue moves by at most κ_i‖E‖₂ to first order (κ_i its condition number; Wilkinson): so a real
+    eigenvalue, or a real double eigenvalue, that rounding splits into a pair shows |Im λ| up to about κ_iτσ₁,
+    and only a larger imaginary part is a rotation the data resolves. Without eigenvectors (κ unknown, e.g. a
+    triangular Schur form) κ_i = 1: the floor τσ₁ ≥ τ·max|λ|. A fixed 1e-9·max|λ| is far below float32
+    rounding, and counts the split zero eigenvalues of a rank-deficient J̄ as rotations.
+    """
+    kappa = 1.0 if kappa is None else np.maximum(np.asarray(kappa), 1.0)
+    return np.abs(np.imag(eigvals)) > kappa * tol * float(sigma_max)
+
+
+def frac_expansive(eigvals: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """Fraction of expansive modes #{|λ| > 1} over the eigenvalues in `mask` (all by default)."""
+    lam = eigvals if mask is None else eigvals[mask]
+    return float(np.mean(np.abs(lam) > 1)) if len(lam) else float("nan")
+
+
+def frac_complex(
+    eigvals: np.ndarray,
+    tol: float = EPS["float32"],
+    sigma_max: float | None = None,
+    kappa: np.ndarray | None = None,
+    mask: np.ndarray | None = None,
+) -> float:
+    """Fraction of complex eigenvalues (``complex_modes``) among those in `mask` (all by default).
+
+    ``sigma_max`` defaults to max|λ| (when only the eigenvalues are known, e.g. in a figure).
+    """
+    eigvals = np.asarray(eigvals)
+    if not len(eigvals):
+        return float("nan")
+    smax = float(np.max(np.abs(eigvals))) if sigma_max is None else sigma_max
+    cplx = complex_modes(eigvals, tol, smax, kappa)
+    if mask is not None:
+        cplx = cplx[mask]
+    return float(np.mean(cplx)) if len(cplx) else float("nan")
 
 
 def self_realignment(U: np.ndarray, Vh: np.ndarray, k: int) -> float:
@@ -54,17 +160,6 @@ def henrici_departure(J: np.ndarray, eigvals: np.ndarray) -> float:
     if fro2 == 0:
         return float("nan")
     return float(np.sqrt(max(0.0, fro2 - float(np.sum(np.abs(eigvals) ** 2)))) / np.sqrt(fro2))
-
-
-def frac_expansive(eigvals: np.ndarray) -> float:
-    """Fraction of expansive modes #{|λ| > 1} / d."""
-    return float(np.mean(np.abs(eigvals) > 1))
-
-
-def frac_complex(eigvals: np.ndarray, tol: float = 1e-9) -> float:
-    """Fraction of complex eigenvalues #{|Im λ| > tol · max|λ|} / d."""
-    scale = float(np.max(np.abs(eigvals))) if len(eigvals) else 0.0
-    return float(np.mean(np.abs(eigvals.imag) > tol * scale))
 
 
 def asymmetry(J: np.ndarray) -> float:
@@ -90,22 +185,41 @@ def participation_ratio(s: np.ndarray) -> float:
 
 
 def spectral_metrics(
-    J: np.ndarray, *, sr_k: int = 64, complex_tol: float = 1e-9, dec: Decomposition | None = None
+    J: np.ndarray, *, sr_k: int = 64, tol: float | None = None, dec: Decomposition | None = None
 ) -> dict[str, float]:
-    """Every METHODS §2.3 metric of one matrix (from its decomposition, computed unless given), plus extras."""
+    """Every METHODS §2.3 metric of one matrix (from its decomposition, computed unless given), plus extras.
+
+    τ = `tol` (default: ``rank_tolerance(d)``) sets the numerical rank r = #{σ_i > τσ₁} and the numerically
+    non-zero eigenvalues |λ_i| > τ·max|λ|; cond = σ₁/σ_r and the complex and expansive fractions count over
+    those modes (``cond_full``, ``frac_complex_d``, ``frac_expansive_d``: the same over all d, σ₁/σ_d and
+    counts / d). A complex eigenvalue is one with |Im λ| beyond its precision (``complex_modes``).
+    """
     dec = decompose(J) if dec is None else dec
     d = J.shape[0]
+    tol = rank_tolerance(d) if tol is None else float(tol)
     k = min(int(sr_k), d)
     rho = np.abs(dec.eigvals)
+    r = numerical_rank(dec.s, tol)
+    nz = nonzero_modes(dec.eigvals, tol)
+    n_modes = int(nz.sum())
+    cplx = complex_modes(dec.eigvals, tol, float(dec.s[0]) if len(dec.s) else 0.0, dec.eig_condition) & nz
+    expa = (rho > 1) & nz
+    per_mode = (lambda c: float(c.sum() / n_modes)) if n_modes else (lambda c: float("nan"))
     return {
-        "cond": condition_number(dec.s),
+        "numerical_rank": r,
+        "cond": condition_number(dec.s, r),
         "self_realign": self_realignment(dec.U, dec.Vh, k),
         "henrici": henrici_departure(J, dec.eigvals),
-        "frac_expansive": frac_expansive(dec.eigvals),
-        "frac_complex": frac_complex(dec.eigvals, complex_tol),
+        "frac_expansive": per_mode(expa),
+        "frac_complex": per_mode(cplx),
         "asymmetry": asymmetry(J),
         "erank": effective_rank(dec.s),
         "part_ratio": participation_ratio(dec.s),
+        "n_modes": n_modes,
+        "cond_full": condition_number(dec.s),
+        "frac_expansive_d": float(expa.sum() / d),
+        "frac_complex_d": float(cplx.sum() / d),
+        "rank_tol": tol,
         "sr_k": k,
         "sr_baseline": k / d,
         "fro_norm": float(np.linalg.norm(J)),
@@ -116,43 +230,83 @@ def spectral_metrics(
     }
 
 
+def spectra_row(
+    name: str,
+    J: np.ndarray,
+    n_samples: int,
+    *,
+    sr_k: int = 64,
+    tol: float | None = None,
+    deltas: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+    ci_level: float = 0.95,
+    ci_method: str = "linear",
+    dec: Decomposition | None = None,
+) -> tuple[dict, Decomposition]:
+    """One spectra.tsv row: boundary, layer, kind, n_samples, the metrics and (given the replicates'
+    deviations Δ_k (K, d, d) and weights) ``{metric}_ci_low``/``_ci_high`` for every CI metric."""
+    from .intervals import metric_interval, metric_replicates
+
+    layer, kind = parse_boundary(name)
+    J = np.asarray(J, dtype=np.float64)
+    tol = rank_tolerance(J.shape[0]) if tol is None else float(tol)
+    dec = decompose(J) if dec is None else dec
+    m = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=dec)
+    row = {"boundary": name, "layer": layer, "kind": kind, "n_samples": int(n_samples), **m}
+    if deltas is not None:
+        reps = metric_replicates(J, deltas, tol=tol, sr_k=sr_k, dec=dec, method=ci_method)
+        for metric in CI_METRICS:
+            lo, hi = metric_interval(metric, m[metric], reps[metric], weights, ci_level)
+            row[f"{metric}_ci_low"], row[f"{metric}_ci_high"] = lo, hi
+        row["ci_replicates"] = len(deltas)
+    return row, dec
+
+
+def order_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """spectra.tsv column order: keys, numerical rank, the metrics, their intervals, then the extras."""
+    first = ["boundary", "layer", "kind", "n_samples", "numerical_rank", *METRICS]
+    cis = [f"{m}_ci_{s}" for m in CI_METRICS for s in ("low", "high") if f"{m}_ci_{s}" in table]
+    rest = [c for c in table.columns if c not in first and c not in cis]
+    return table[first + cis + rest]
+
+
 def spectra_table(
-    jacobians: dict[str, np.ndarray],
+    jacobians,
     n_samples: dict[str, int],
     *,
     sr_k: int = 64,
-    complex_tol: float = 1e-9,
-    decompositions: dict[str, Decomposition] | None = None,
+    tol: float | None = None,
+    decompositions: dict | None = None,
 ) -> pd.DataFrame:
-    """spectra.tsv: one row per boundary (in the given depth order) with its layer, kind and metrics."""
-    decompositions = {} if decompositions is None else decompositions
+    """spectra.tsv (without intervals): one row per boundary (in the given depth order) with its metrics.
+
+    ``decompositions``, when given, collects each boundary's decomposition.
+    """
     rows = []
     for name, J in jacobians.items():
-        layer, kind = parse_boundary(name)
-        dec = decompositions.get(name) or decompose(J)
-        decompositions[name] = dec
-        rows.append(
-            {
-                "boundary": name,
-                "layer": layer,
-                "kind": kind,
-                "n_samples": int(n_samples[name]),
-                **spectral_metrics(J, sr_k=sr_k, complex_tol=complex_tol, dec=dec),
-            }
-        )
-    return pd.DataFrame(rows)
+        dec = None if decompositions is None else decompositions.get(name)
+        row, dec = spectra_row(name, J, n_samples[name], sr_k=sr_k, tol=tol, dec=dec)
+        if decompositions is not None:
+            decompositions[name] = dec
+        rows.append(row)
+    return order_columns(pd.DataFrame(rows))
 
 
-def eigenvalue_table(decompositions: dict[str, Decomposition]) -> pd.DataFrame:
-    """Long table of the eigenvalues of each J̄_b (boundary, index, real, imag, abs) for the complex-plane figure."""
-    frames = []
-    for name, dec in decompositions.items():
-        lam = dec.eigvals
-        order = np.argsort(-np.abs(lam), kind="stable")
-        lam = lam[order]
-        frames.append(
-            pd.DataFrame(
-                {"boundary": name, "index": np.arange(len(lam)), "real": lam.real, "imag": lam.imag, "abs": np.abs(lam)}
-            )
-        )
-    return pd.concat(frames, ignore_index=True)
+def eigenvalue_frame(name: str, item, tol: float | None = None) -> pd.DataFrame:
+    """The eigenvalues of one J̄_b by decreasing |λ| (boundary, index, real, imag, abs; from a Decomposition
+    also ``nonzero`` and ``complex``, the mode flags of the spectra table, with threshold `tol`)."""
+    lam = item.eigvals if isinstance(item, Decomposition) else np.asarray(item)
+    order = np.argsort(-np.abs(lam), kind="stable")
+    cols = {"boundary": name, "index": np.arange(len(lam)), "real": lam.real[order], "imag": lam.imag[order]}
+    cols["abs"] = np.abs(lam)[order]
+    if isinstance(item, Decomposition):
+        tol = rank_tolerance(len(lam)) if tol is None else float(tol)
+        nz = nonzero_modes(lam, tol)
+        cols["nonzero"] = nz[order]
+        cols["complex"] = (complex_modes(lam, tol, float(item.s[0]), item.eig_condition) & nz)[order]
+    return pd.DataFrame(cols)
+
+
+def eigenvalue_table(eigenvalues: dict, tol: float | None = None) -> pd.DataFrame:
+    """Long table of the eigenvalues of each J̄_b for the complex-plane figure (``eigenvalue_frame`` each)."""
+    return pd.concat([eigenvalue_frame(n, item, tol) for n, item in eigenvalues.items()], ignore_index=True)

@@ -47,31 +47,65 @@ def amplification(J: np.ndarray, variant: str = "full") -> np.ndarray:
     raise LayergeomError(f"amplification must be one of {AMPLIFICATIONS}, got '{variant}'")
 
 
-def spearman_permutation(x: np.ndarray, y: np.ndarray, n_permutations: int, rng) -> tuple[float, float, int]:
-    """Spearman ρ(x, y) with a two-sided permutation p-value; returns (ρ, p, n) over the pairs finite in both.
+def permutation_count(n_boundaries: int, q: float, n_permutations: int | None = None) -> int:
+    """Permutations per test: `n_permutations`, or (None) enough that one boundary alone can pass BH at q.
 
-    Both variables are ranked once; the null permutes x's ranks against y's in one vectorised batch
-    (scipy.stats.permutation_test, p = (1 + #{extreme}) / (1 + n_permutations), doubled for two sides).
+    BH over m tests rejects the smallest p only when p ≤ q/m; a two-sided permutation p-value is at least
+    2/(n+1), so n ≥ 2m/q − 1 is the bare minimum. The default takes max(1000, ⌈4m/q⌉): a boundary whose |ρ|
+    at most one permutation reaches passes alone (2·2/(n+1) ≤ q/m), and the p-values near the BH threshold
+    rest on a few exceedances rather than on the floor. (m = 60, q = 0.05: 4800.)
+    """
+    if n_permutations is not None:
+        return int(n_permutations)
+    return max(1000, int(np.ceil(4 * max(n_boundaries, 1) / q)))
+
+
+def spearman_permutation(
+    x: np.ndarray,
+    y: np.ndarray,
+    n_permutations: int,
+    rng,
+    *,
+    stop_above: float | None = None,
+    batch: int = 1000,
+    confidence: float = 1e-3,
+) -> tuple[float, float, int, int]:
+    """Spearman ρ(x, y) with a two-sided permutation p-value; returns (ρ, p, n pairs, permutations used).
+
+    Both variables are ranked once (average ranks); each permutation shuffles x's ranks against y's and
+    the null ρ is one dot product, in batches. p = min(1, 2·(1 + #{tail})/(1 + n)) with the smaller tail
+    (#{ρ* ≥ ρ} or #{ρ* ≤ ρ}), as scipy.stats.permutation_test's two-sided p. Adaptive stop: with
+    `stop_above` = q, a test stops after a batch once even the Clopper–Pearson lower bound (at
+    `confidence`) of its p exceeds q — it can never be significant under BH at level q (BH rejects only
+    p ≤ q) — so only the boundaries near or below the threshold pay for all n permutations.
     """
     ok = np.isfinite(x) & np.isfinite(y)
     n = int(ok.sum())
     if n < 3:
-        return np.nan, np.nan, n
+        return np.nan, np.nan, n, 0
     rx = stats.rankdata(x[ok])
     ry = stats.rankdata(y[ok])
     rx, ry = rx - rx.mean(), ry - ry.mean()
     denom = np.sqrt(np.sum(rx * rx) * np.sum(ry * ry))
     if denom == 0:  # one variable is constant: ρ undefined
-        return np.nan, np.nan, n
-
-    def rho(rx_perm, axis=-1):
-        return np.sum(np.moveaxis(rx_perm, axis, -1) * ry, axis=-1) / denom  # (n_perm,)
-
-    res = stats.permutation_test(
-        (rx,), rho, permutation_type="pairings", n_resamples=int(n_permutations), vectorized=True,
-        alternative="two-sided", rng=rng,
-    )  # fmt: skip
-    return float(res.statistic), float(res.pvalue), n
+        return np.nan, np.nan, n, 0
+    rho = float(rx @ ry / denom)
+    eps = 1e-12 * max(1.0, abs(rho))  # ties of ρ* with ρ count as extreme (floating-point slack)
+    hi = lo = done = 0
+    while done < n_permutations:
+        b = min(batch, n_permutations - done)
+        perm = np.argsort(rng.random((b, n)), axis=1)  # (b, n) one permutation per row
+        null = rx[perm] @ ry / denom  # (b,)
+        hi += int(np.sum(null >= rho - eps))
+        lo += int(np.sum(null <= rho + eps))
+        done += b
+        if stop_above is not None and done < n_permutations:
+            tail = min(hi, lo)
+            low_p = 2 * stats.beta.ppf(confidence, tail, done - tail + 1) if tail > 0 else 0.0
+            if low_p > stop_above:
+                break
+    p = min(1.0, 2 * (1 + min(hi, lo)) / (1 + done))
+    return rho, float(p), n, done
 
 
 def fdr_bh(p: np.ndarray, q: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
@@ -91,11 +125,13 @@ def coupling_rows(
     n_permutations: int,
     seed: int,
     henrici_values: dict[str, float] | None = None,
+    stop_above: float | None = None,
 ) -> pd.DataFrame:
     """ρ(P_i, a_i) and its permutation p-value for every boundary and amplification variant (no FDR yet).
 
     ``jacobians`` maps boundary -> J̄_b (or a path to its .npy); the boundaries keep their given (depth) order.
     ``henrici_values`` (boundary -> H, e.g. from spectra.tsv) saves recomputing the eigenvalues of every J̄_b.
+    ``stop_above`` (the FDR level q) stops a test early once its p is clearly above q (``spearman_permutation``).
     """
     rows = []
     for bi, (b, p) in enumerate(participations.items()):
@@ -110,11 +146,12 @@ def coupling_rows(
         for vi, variant in enumerate(AMPLIFICATIONS):
             a = amplification(J, variant)
             rng = np.random.default_rng([seed, bi, vi])  # one independent stream per (boundary, variant)
-            rho, pval, n = spearman_permutation(p, a, n_permutations, rng)
+            rho, pval, n, used = spearman_permutation(p, a, n_permutations, rng, stop_above=stop_above)
             flag = boundary_flags[b] & np.isfinite(a)
             rest = ~boundary_flags[b] & np.isfinite(a)
             gap = float(a[flag].mean() - a[rest].mean()) if flag.any() and rest.any() else np.nan
-            row |= {f"rho_{variant}": rho, f"p_{variant}": pval, f"n_units_{variant}": n, f"amp_gap_{variant}": gap}
+            row |= {f"rho_{variant}": rho, f"p_{variant}": pval, f"n_units_{variant}": n, f"amp_gap_{variant}": gap,
+                    f"n_permutations_{variant}": used}  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -131,6 +168,8 @@ def apply_fdr(table: pd.DataFrame, amplification_variant: str, q: float) -> pd.D
     out["rho"], out["p_value"] = out[f"rho_{v}"], out[f"p_{v}"]
     out["q_value"], out["significant"] = out[f"q_{v}"], out[f"significant_{v}"]
     out["n_units"], out["amp_gap"] = out[f"n_units_{v}"], out[f"amp_gap_{v}"]
+    if f"n_permutations_{v}" in out:
+        out["n_permutations"] = out[f"n_permutations_{v}"]
     out["amplification"] = v
     return out
 
@@ -141,7 +180,9 @@ def henrici_split(henrici_values: np.ndarray) -> np.ndarray:
     return np.where(h > np.nanmedian(h), "non-normal", "near-symmetric")
 
 
-COUPLING_COLUMNS = ["boundary", "layer", "kind", "n_communities", "rho", "p_value", "q_value", "significant"]
+COUPLING_COLUMNS = [
+    "boundary", "layer", "kind", "n_communities", "rho", "p_value", "q_value", "significant", "n_permutations"
+]  # fmt: skip
 
 
 def coupling_table(
@@ -158,15 +199,22 @@ def coupling_table(
     """
     parts = {b: g["participation"].to_numpy(dtype=np.float64) for b, g in graphs.items()}
     flags = {b: g["boundary"].to_numpy(dtype=bool) for b, g in graphs.items()}
-    floor = 2.0 / (cfg["n_permutations"] + 1)  # the smallest two-sided permutation p-value
-    if floor > cfg["fdr_q"] / max(len(parts), 1):
+    m, q = len(parts), float(cfg["fdr_q"])
+    n_perm = permutation_count(m, q, cfg["n_permutations"])
+    floor = 2.0 / (n_perm + 1)  # the smallest two-sided permutation p-value
+    if floor > q / max(m, 1):
         log.warning(
             "n_permutations=%d: p >= %.2g, so BH at q=%g over %d boundaries needs >= %d of them at that floor "
-            "before any is significant; raise n_permutations to >= %d to resolve single boundaries",
-            cfg["n_permutations"], floor, cfg["fdr_q"], len(parts), int(np.ceil(floor * len(parts) / cfg["fdr_q"])),
-            int(np.ceil(2 * len(parts) / cfg["fdr_q"])),
+            "before any is significant; raise n_permutations to >= %d (or leave it unset) to resolve single "
+            "boundaries", n_perm, floor, q, m, int(np.ceil(floor * m / q)), int(np.ceil(2 * m / q)),
         )  # fmt: skip
-    raw = coupling_rows(parts, flags, jacobians, cfg["n_permutations"], seed, henrici_values)
+    else:
+        log.info(
+            "%d permutations per test%s: the smallest p, %.2g, is below q/m = %.2g (BH at q=%g over %d "
+            "boundaries), so one boundary alone can be significant; tests stop early once p is clearly above q",
+            n_perm, "" if cfg["n_permutations"] is not None else " (max(1000, 4m/q))", floor, q / max(m, 1), q, m,
+        )  # fmt: skip
+    raw = coupling_rows(parts, flags, jacobians, n_perm, seed, henrici_values, stop_above=q)
     out = apply_fdr(raw, cfg["amplification"], cfg["fdr_q"])
     out["n_communities"] = [int(graphs[b]["community"].max()) + 1 for b in out["boundary"]]
     out["n_boundary_nodes"] = [int(graphs[b]["boundary"].sum()) for b in out["boundary"]]
@@ -185,6 +233,7 @@ def sweep_table(
 ) -> pd.DataFrame:
     """Coupling at every swept resolution γ (primary amplification only), BH within each γ."""
     v = cfg["amplification"]
+    n_perm = permutation_count(len(sweeps), float(cfg["fdr_q"]), cfg["n_permutations"])
     tables = []
     for gamma in sorted({float(g) for s in sweeps.values() for g in s["gamma"].unique()}):
         sub = {b: s[s["gamma"] == gamma].sort_values("node") for b, s in sweeps.items()}
@@ -192,13 +241,15 @@ def sweep_table(
         for bi, (b, g) in enumerate(sub.items()):
             J = np.asarray(jacobians[b])
             rng = np.random.default_rng([seed, bi, AMPLIFICATIONS.index(v)])
-            rho, pval, n = spearman_permutation(
-                g["participation"].to_numpy(dtype=np.float64), amplification(J, v), cfg["n_permutations"], rng
-            )
+            rho, pval, n, used = spearman_permutation(
+                g["participation"].to_numpy(dtype=np.float64), amplification(J, v), n_perm, rng,
+                stop_above=float(cfg["fdr_q"]),
+            )  # fmt: skip
             layer, kind = parse_boundary(b)
             rows.append(
                 {"gamma": gamma, "boundary": b, "layer": layer, "kind": kind,
-                 "n_communities": int(g["community"].max()) + 1, "rho": rho, "p_value": pval, "n_units": n}
+                 "n_communities": int(g["community"].max()) + 1, "rho": rho, "p_value": pval, "n_units": n,
+                 "n_permutations": used}
             )  # fmt: skip
         t = pd.DataFrame(rows)
         t["significant"], t["q_value"] = fdr_bh(t["p_value"].to_numpy(), cfg["fdr_q"])
@@ -214,6 +265,7 @@ def sweep_table(
         "q_value",
         "significant",
         "n_units",
+        "n_permutations",
     ]
     return pd.concat(tables, ignore_index=True)[cols]
 

@@ -1,0 +1,117 @@
+"""What the confidence intervals add to the spectra stage: one checkpoint of a SmolLM2-sized model (synthetic).
+
+d = 576, 30 layers (60 boundaries: attention of rank 192 = n_kv·d_head like SmolLM2's, full-rank MLPs),
+G = 16 sample groups; the default settings (sr_k 64, α ∈ {0, 0.5, 1}, both cumulative variants, Schur
+intervals over 4 blocks for the own N). Times each table with and without its intervals, single-threaded
+(the default run gives every job one thread), and writes bench/results/intervals.md.
+
+    OMP_NUM_THREADS=1 python bench/bench_intervals.py [--d 576] [--layers 30] [--groups 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from layergeom.spectral import intervals, pipeline  # noqa: E402
+from layergeom.spectral.cumulative import cumulative_rows  # noqa: E402
+from layergeom.spectral.schur import schur_surgery  # noqa: E402
+from layergeom.spectral.spectra import rank_tolerance, spectra_row  # noqa: E402
+
+
+def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 0) -> pipeline.BoundaryFiles:
+    """Per boundary: group means = J̄ + group noise (2 % of J̄), rank-`rank` attention, full-rank MLP."""
+    rng = np.random.default_rng(seed)
+    names, npy, grp, meta = [], [], [], []
+    counts = np.full(G, 254)  # 32 windows x 127 tokens in 16 groups
+    for layer in range(layers):
+        for kind in ("attn", "mlp"):
+            name = f"L{layer}.{kind}"
+            if kind == "attn":
+                A, B = rng.standard_normal((d, rank)), rng.standard_normal((rank, d))
+                J = A @ B / np.sqrt(d * rank)
+                groups = J[None] + 0.02 * np.einsum("dr,grk->gdk", A, rng.standard_normal((G, rank, d))) / np.sqrt(
+                    d * rank
+                )
+            else:
+                J = rng.standard_normal((d, d)) / np.sqrt(d) + 0.3 * np.eye(d)
+                groups = J[None] + 0.02 * rng.standard_normal((G, d, d)) / np.sqrt(d)
+            groups = groups.astype(np.float32)
+            mean = np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1)
+            for ext, obj in (("npy", mean), ("groups.npy", groups)):
+                np.save(folder / f"{name}.{ext}", obj)
+            (folder / f"{name}.json").write_text(json.dumps({"n_samples": int(counts.sum()),
+                                                              "group_counts": counts.tolist()}))  # fmt: skip
+            names.append(name)
+            npy.append(folder / f"{name}.npy")
+            grp.append(folder / f"{name}.groups.npy")
+            meta.append(folder / f"{name}.json")
+    return pipeline.BoundaryFiles(names, npy, grp, meta)
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--d", type=int, default=576)
+    ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--groups", type=int, default=16)
+    ap.add_argument("--rank", type=int, default=192)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "intervals.md"))
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        files = synthetic(tmp, args.d, args.layers, args.groups, args.rank)
+        tol = rank_tolerance(args.d)
+        counts = files.counts()
+        reps = intervals.replicates(counts)
+        alphas = [0, 0.5, 1]
+        res = {}
+        res["spectra, no intervals"] = timed(lambda: [spectra_row(n, files[n], 1, tol=tol) for n in files.names])
+        res["spectra, with intervals"] = timed(lambda: pipeline.write_spectra(files, tmp / "s.tsv"))
+        res["cumulative, no intervals"] = timed(lambda: cumulative_rows((n, files[n], None) for n in files.names))
+        res["cumulative, with intervals"] = timed(lambda: pipeline.write_cumulative(files, tmp / "c.tsv"))
+        res["schur (both variants), no intervals"] = timed(lambda: schur_surgery(files, alphas=alphas, tol=tol))
+        res["schur (both variants), intervals own N (4 blocks)"] = timed(
+            lambda: pipeline.write_schur(files, tmp / "u.tsv", alphas=alphas, ci_blocks=4, ci_controls=["none"])
+        )
+        res["convergence (4 sizes)"] = timed(lambda: pipeline.write_convergence(files, tmp / "v.tsv"))
+        del reps
+    lines = [
+        "# Confidence intervals: cost on one checkpoint (bench/bench_intervals.py)",
+        "",
+        f"Synthetic SmolLM2-sized checkpoint: d={args.d}, {2 * args.layers} boundaries (attention rank "
+        f"{args.rank}), G={args.groups} groups; α ∈ {{0, 0.5, 1}}. {platform.processor() or platform.machine()}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average at the end "
+        f"{os.getloadavg()[0]:.1f} (shared machine: times scale with it).",
+        "",
+        "| table | seconds |",
+        "|---|---:|",
+        *[f"| {k} | {v:.1f} |" for k, v in res.items()],
+        "",
+        f"Added by the intervals: spectra {res['spectra, with intervals'] - res['spectra, no intervals']:.0f} s, "
+        f"cumulative {res['cumulative, with intervals'] - res['cumulative, no intervals']:.0f} s, Schur "
+        f"{res['schur (both variants), intervals own N (4 blocks)'] - res['schur (both variants), no intervals']:.0f}"
+        f" s, convergence {res['convergence (4 sizes)']:.0f} s (a new table).",
+    ]
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
+from layergeom.spectral.pipeline import BoundaryFiles, write_convergence
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+cfg = sm.params.spectra
+with job(sm, threads=sm.threads):
+    write_convergence(
+        BoundaryFiles(sm.params.boundaries, sm.input.npy, sm.input.groups, sm.input.meta),
+        sm.output[0],
+        sizes=cfg["convergence_sizes"],
+        n_edge=cfg["convergence_boundaries"],
+        sr_k=cfg["sr_k"],
+        dtype=cfg["dtype"],
+        rank_tol=cfg["rank_tol"],
+        ci_level=cfg["ci_level"],
+    )

@@ -1,0 +1,9 @@
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
+from layergeom.plots.convergence import draw_tokenwise
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+with job(sm):
+    draw_tokenwise(list(sm.input), sm.params.checkpoints, sm.params.label, sm.output.png, sm.output.pdf)

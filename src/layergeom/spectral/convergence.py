@@ -1,0 +1,92 @@
+"""Convergence of the headline Paper B numbers with the number of samples (METHODS.md §2.7).
+
+For nested subsets of the samples — the first S sample groups (contiguous blocks of windows), S = G/8, G/4,
+G/2, G by default — recompute J̄_b from the group means and the headline metrics, each with its jackknife
+interval over the S groups of the subset (``intervals``):
+
+- ``henrici_early``/``_late``, ``frac_complex_early``/``_late``, ``self_realign_early``/``_late``: means over
+  the first and the last `n_edge` boundaries (Paper B's early non-normal rotation vs late near-symmetry);
+- ``erank_middle``: the effective rank of the middle boundary's J̄_b;
+- ``cumulative_erank_update``/``_full``: erank of the cumulative operator at full depth, both variants.
+
+A mean over boundaries is a smooth function of the same replicate, so its replicate is the mean of the
+boundaries' replicates. The subsets are read boundary by boundary (memory: one boundary's group means).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import intervals
+from .cumulative import VARIANTS, step_operator, tangent_floor
+from .spectra import decompose, spectral_metrics
+
+EDGE_METRICS = ("henrici", "frac_complex", "self_realign")
+
+
+def convergence_rows(
+    files,
+    counts: np.ndarray,
+    sizes: list[int],
+    *,
+    n_edge: int = 4,
+    sr_k: int = 64,
+    tol: float,
+    ci_level: float = 0.95,
+    product_blocks: int | None = 4,
+) -> pd.DataFrame:
+    """One row per (metric, subset size): metric, n_samples, value, ci_low, ci_high, n_groups, boundaries.
+
+    The per-boundary metrics use the delete-one-group jackknife over the S groups; the full-depth products,
+    whose K tangents cost two d×d products per boundary each, over `product_blocks` blocks of them (as the
+    Schur surgery; None: every group).
+    """
+    names = list(files.names)
+    n_edge = max(1, min(int(n_edge), len(names)))
+    early, late = names[:n_edge], names[-n_edge:]
+    middle = names[len(names) // 2]
+    rows = []
+    for S in sizes:
+        subset = np.arange(S)
+        sub_counts = np.asarray(counts)[subset]
+        reps = intervals.replicates(sub_counts)
+        preps = intervals.replicates(sub_counts, product_blocks)
+        w = sub_counts / sub_counts.sum()
+        per = {}  # boundary -> (metrics, replicate metrics)
+        chains = {v: intervals.ProductChain(0.0) for v in VARIANTS}
+        last = {}
+        for i, name in enumerate(names):
+            g = files.groups(name)[subset]
+            J = np.tensordot(w, np.asarray(g, dtype=np.float64), axes=1)  # (d, d) J̄ of the subset
+            D = intervals.deviations(J, g, sub_counts, reps)
+            if name in early or name in late or name == middle:
+                dec = decompose(J)
+                m = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=dec)
+                per[name] = (m, intervals.metric_replicates(J, D, tol=tol, sr_k=sr_k, dec=dec))
+            Dp = D if preps.K == reps.K else intervals.deviations(J, g, sub_counts, preps)
+            final = i == len(names) - 1
+            for v, chain in chains.items():
+                if final:
+                    chain.floor = tangent_floor(J.shape[0])
+                    last[v] = chain.step(step_operator(J, v), Dp)
+                else:
+                    chain.advance(step_operator(J, v), Dp)
+        n = int(sub_counts.sum())
+
+        def add(metric, value, reps_values, scale, boundaries, weights=reps.weights, n=n, S=S):
+            lo, hi = intervals.jackknife_interval(value, reps_values, weights, ci_level, scale)
+            rows.append({"metric": metric, "n_samples": n, "value": value, "ci_low": lo, "ci_high": hi,
+                         "n_groups": S, "boundaries": boundaries})  # fmt: skip
+
+        for part, bs in (("early", early), ("late", late)):
+            for metric in EDGE_METRICS:
+                value = float(np.mean([per[b][0][metric] for b in bs]))
+                reps_values = np.mean([per[b][1][metric] for b in bs], axis=0)
+                add(f"{metric}_{part}", value, reps_values, "linear", ",".join(bs))
+        add("erank_middle", per[middle][0]["erank"], per[middle][1]["erank"], "log", middle)
+        for v in VARIANTS:
+            erank, _, reps_values = last[v]
+            add(f"cumulative_erank_{v}", erank, reps_values, "log", f"{names[0]}..{names[-1]}", preps.weights)
+    cols = ["metric", "n_samples", "value", "ci_low", "ci_high", "n_groups", "boundaries"]
+    return pd.DataFrame(rows, columns=cols)
