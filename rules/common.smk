@@ -392,7 +392,7 @@ def train_tokenizer_input(wildcards):
 
 
 def training_tables(model):
-    """The per-checkpoint tables (OUTPUTS.md) that the dynamics figure follows along the training steps."""
+    """The per-checkpoint tables (docs/outputs.md) that the dynamics figure follows along the training steps."""
     tables = ("tokenwise.tsv", "spectra.tsv", "cumulative.tsv", "coupling.tsv")
     return [f"results/{model}/{c}/{t}" for c in checkpoints(model) for t in tables]
 

@@ -1,4 +1,4 @@
-# Paper B spectral geometry (METHODS.md §2): exact sublayer Jacobians, their spectra, the cumulative
+# Paper B spectral geometry (docs/methods.md §2): exact sublayer Jacobians, their spectra, the cumulative
 # operator through depth and the Schur surgery, per model and checkpoint; figures per model.
 
 

@@ -1,4 +1,4 @@
-# Paper A tokenwise decomposition (METHODS.md §1): per block transition, neighbourhood fits of six map
+# Paper A tokenwise decomposition (docs/methods.md §1): per block transition, neighbourhood fits of six map
 # classes and the per-anchor geometry; per checkpoint, the functional KL of every patch (one clean pass
 # per window serves all layers) and the summary table with Spearman rho(RelErr, KL); the Paper A figures.
 

@@ -1,4 +1,4 @@
-# Paper B topology (METHODS.md §3): correlation graphs and signed Leiden communities per boundary,
+# Paper B topology (docs/methods.md §3): correlation graphs and signed Leiden communities per boundary,
 # coupling of participation to Jacobian amplification per checkpoint, and the topology figures.
 #
 # One graph job per (model, checkpoint) writing every boundary's graph, like the Jacobian job: a graph costs

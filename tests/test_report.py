@@ -55,7 +55,7 @@ def report(reference_run) -> Path:
 
 @pytest.fixture(scope="module")
 def figures(reference_run) -> dict[str, Path]:
-    """Every figure of the run (OUTPUTS.md: results/figures/, as PNG and PDF; the report embeds the PNGs)."""
+    """Every figure of the run (docs/outputs.md: results/figures/, as PNG and PDF; the report embeds the PNGs)."""
     figs = {
         p.relative_to(reference_run).as_posix(): p for p in sorted((reference_run / "results/figures").glob("*.png"))
     }

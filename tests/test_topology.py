@@ -9,6 +9,7 @@ from scipy import stats
 
 from layergeom.config import load_schema
 from layergeom.io import read_tsv, write_tsv
+from layergeom.spectral.spectra import henrici_departure
 from layergeom.topology.communities import boundary_nodes, boundary_topology, participation, signed_leiden
 from layergeom.topology.coupling import (
     AMPLIFICATIONS,
@@ -16,7 +17,6 @@ from layergeom.topology.coupling import (
     amplification,
     coupling_table,
     fdr_bh,
-    henrici,
     henrici_split,
     operator_summary,
     permutation_count,
@@ -26,6 +26,15 @@ from layergeom.topology.coupling import (
 )
 from layergeom.topology.graphs import SignedGraph, correlation_graph, streamed_correlation, topk_graph
 from layergeom.topology.pipeline import checkpoint_coupling, write_topology
+
+
+def henrici(J: np.ndarray) -> float:
+    """The spectra stage's normalised Henrici departure of J (eigenvalues by LAPACK)."""
+    return henrici_departure(J, np.linalg.eigvals(J))
+
+
+def henricis(jac: dict) -> dict:
+    return {b: henrici(J) for b, J in jac.items()}
 
 
 def _defaults(**over):
@@ -246,7 +255,7 @@ def test_permutation_count_lets_one_boundary_pass_bh_on_the_test_config(model):
         gain = 0.5 * p if i == 0 else 0.3 * rng.random(d)
         jac[b] = np.diag(np.exp(gain) - 1)
         graphs[b] = _graph_nodes(p)
-    t = coupling_table(graphs, jac, _defaults(), seed=0)
+    t = coupling_table(graphs, jac, _defaults(), seed=0, henrici_values=henricis(jac))
     assert bool(t["significant"].iloc[0]) and int(t["n_permutations"].iloc[0]) == n
 
 
@@ -298,7 +307,7 @@ def test_coupling_table_finds_planted_couplings_only():
         jac[b] = np.diag(np.exp(sign * gain) - 1) + 1e-3 * rng.normal(size=(d, d))  # ln|col| of I+J ≈ ±gain
         graphs[b] = _graph_nodes(p)
     cfg = _defaults(n_permutations=999)
-    t = coupling_table(graphs, jac, cfg, seed=0)
+    t = coupling_table(graphs, jac, cfg, seed=0, henrici_values=henricis(jac))
     assert list(t.columns[: len(COUPLING_COLUMNS)]) == COUPLING_COLUMNS
     assert t["significant"].tolist()[:2] == [True, True]
     assert t["rho"].iloc[0] > 0.8 and t["rho"].iloc[1] < -0.8
@@ -310,7 +319,7 @@ def test_coupling_table_finds_planted_couplings_only():
         assert f"rho_{v}" in t and f"q_{v}" in t
     np.testing.assert_allclose(t["rho"], t["rho_full"])
     # the same seed gives the same p-values
-    pd.testing.assert_frame_equal(t, coupling_table(graphs, jac, cfg, seed=0))
+    pd.testing.assert_frame_equal(t, coupling_table(graphs, jac, cfg, seed=0, henrici_values=henricis(jac)))
     summ = operator_summary(t)
     row = summ[(summ.grouping == "kind") & (summ.group == "mlp")].iloc[0]
     assert (row.n_significant_negative, row.n_significant_positive) == (1, 0)
@@ -324,7 +333,8 @@ def test_coupling_rejects_a_mismatched_jacobian():
 
     with pytest.raises(LayergeomError, match="does not match"):
         coupling_table(
-            {"L0.block": _graph_nodes(np.random.default_rng(0).random(5))}, {"L0.block": np.eye(4)}, _defaults(), 0
+            {"L0.block": _graph_nodes(np.random.default_rng(0).random(5))}, {"L0.block": np.eye(4)}, _defaults(), 0,
+            henrici_values={"L0.block": 0.0},
         )
 
 
@@ -378,7 +388,8 @@ def test_checkpoint_coupling_from_files_uses_the_spectra_henrici(tmp_path):
         names, paths["graphs"], paths["sweeps"], paths["jacobians"], tmp_path / "spectra.tsv", cfg, seed=3
     )
     direct = coupling_table(
-        {b: _graph_nodes(read_tsv(p)["participation"].to_numpy()) for b, p in zip(names, paths["graphs"])}, jac, cfg, 3
+        {b: _graph_nodes(read_tsv(p)["participation"].to_numpy()) for b, p in zip(names, paths["graphs"])}, jac, cfg, 3,
+        henrici_values=henricis(jac),
     )
     pd.testing.assert_frame_equal(table, direct, check_exact=False, atol=1e-9)  # file H == recomputed H
     np.testing.assert_allclose(sweep["p_value"], table["p_value"])  # the primary γ in the sweep: same draws

@@ -46,7 +46,7 @@ REQUIRED_COLUMNS = {
 
 
 def test_output_tables_have_the_documented_columns(reference_run):
-    """The paths and columns of OUTPUTS.md, which users script against, for every model and checkpoint."""
+    """The paths and columns of docs/outputs.md, which users script against, for every model and checkpoint."""
     for name, m in TEST_CONFIG["models"].items():
         for ck in m["checkpoints"]:
             man = json.loads((reference_run / "results" / name / ck / "manifest.json").read_text())

@@ -26,7 +26,7 @@ def checkpoint_step(name: str) -> int:
 
 
 def dynamics_table(results_dir: str | Path, checkpoints: list[str]) -> pd.DataFrame:
-    """One row per checkpoint: the headline number of each analysis (from the OUTPUTS.md tables)."""
+    """One row per checkpoint: the headline number of each analysis (from the docs/outputs.md tables)."""
     results_dir = Path(results_dir)
     curves = read_tsv_if_exists(results_dir / "training.tsv")
     held = {} if curves is None else dict(curves.dropna(subset=["heldout_loss"])[["step", "heldout_loss"]].values)

@@ -1,4 +1,4 @@
-"""Convergence of the headline Paper B numbers with the number of samples (METHODS.md §2.7).
+"""Convergence of the headline Paper B numbers with the number of samples (docs/methods.md §2.7).
 
 For nested subsets of the samples — the first S sample groups (contiguous blocks of windows), S = G/8, G/4,
 G/2, G by default — recompute J̄_b from the group means and the headline metrics, each with its jackknife

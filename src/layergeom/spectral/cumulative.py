@@ -1,4 +1,4 @@
-"""Cumulative operators through depth (Paper B, METHODS.md §2.4): the bottleneck of the composed dynamics.
+"""Cumulative operators through depth (Paper B, docs/methods.md §2.4): the bottleneck of the composed dynamics.
 
 ``C_n = M_{b_n} ⋯ M_{b_1}`` with ``M_b = J̄_b`` (variant ``update``) or ``M_b = I + J̄_b`` (variant ``full``,
 the residual map), composed in depth order in float64 (complex128 for Schur-surgery operators) and

@@ -1,4 +1,4 @@
-"""Confidence intervals on the Paper B numbers by resampling sample groups (METHODS.md §2.7).
+"""Confidence intervals on the Paper B numbers by resampling sample groups (docs/methods.md §2.7).
 
 **Resampling unit.** The Jacobian job writes, per boundary, the mean Jacobian J̄_g of each sample group g
 (contiguous blocks of windows: tokens of one window are correlated, so the window, not the token, is the

@@ -1,4 +1,4 @@
-"""Exact per-sample Jacobians of sublayer updates and their mean (Paper B, METHODS.md §2.1-2.2).
+"""Exact per-sample Jacobians of sublayer updates and their mean (Paper B, docs/methods.md §2.1-2.2).
 
 ``J_b(s) = ∂F_b/∂x`` at the state ``x_s`` of sample s at boundary b, where ``F_b`` is the adapter's
 sublayer update: isolated (``adapter.update``: x fed alone as a length-1 sequence, the paper's choice)

@@ -1,4 +1,4 @@
-"""Schur surgery (Paper B, METHODS.md §2.5): dial the non-normal part of each J̄_b and watch the bottleneck.
+"""Schur surgery (Paper B, docs/methods.md §2.5): dial the non-normal part of each J̄_b and watch the bottleneck.
 
 Complex Schur ``J̄ = Q (Λ + N) Qᴴ``: Λ the eigenvalues, N strictly upper triangular, the non-normal part.
 ``J(α) = Q (Λ + αN) Qᴴ`` keeps the eigenvalues for every α; α=0 is a normal matrix (Henrici departure 0),
@@ -92,12 +92,6 @@ def random_strict_upper(d: int, fro: float, rng: np.random.Generator) -> np.ndar
     N = np.triu(rng.standard_normal((d, d)) + 1j * rng.standard_normal((d, d)), 1)
     nrm = np.linalg.norm(N)
     return N * (fro / nrm) if nrm > 0 else N
-
-
-def schur_interpolate(form: SchurForm, alpha: float, N: np.ndarray | None = None) -> np.ndarray:
-    """J(α) = Q (Λ + αN) Qᴴ (N defaults to the matrix's own non-normal part)."""
-    N = form.N if N is None else N
-    return (form.Q * form.lam) @ form.Q.conj().T + alpha * (form.Q @ N @ form.Q.conj().T)
 
 
 # ---- first-order perturbation of the Schur form ------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Spectral geometry of mean sublayer Jacobians (Paper B, METHODS.md §2.3), in float64.
+"""Spectral geometry of mean sublayer Jacobians (Paper B, docs/methods.md §2.3), in float64.
 
 Each metric is one small function of an eigen- or singular-value decomposition, so the Schur surgery
 and the cumulative operators reuse exactly the same formulas. Complex matrices (the Schur-surgery

@@ -26,7 +26,7 @@ log = logging.getLogger("layergeom")
 #: unit roundoff u = 2^-p of each activation-store dtype (p significant bits): relative rounding of a stored state
 STORE_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
-#: required columns of tokenwise.tsv (OUTPUTS.md), in order
+#: required columns of tokenwise.tsv (docs/outputs.md), in order
 SUMMARY_COLUMNS = [
     "layer",
     "class",

@@ -18,17 +18,10 @@ from scipy import stats
 
 from ..names import parse_boundary
 from ..runtime import LayergeomError
-from ..spectral.spectra import henrici_departure
 
 log = logging.getLogger("layergeom")
 
 AMPLIFICATIONS = ("full", "update", "self")
-
-
-def henrici(J: np.ndarray) -> float:
-    """The spectra stage's normalised Henrici departure of J̄_b (eigenvalues by LAPACK in float64)."""
-    J = np.asarray(J, dtype=np.float64)
-    return henrici_departure(J, np.linalg.eigvals(J))
 
 
 def amplification(J: np.ndarray, variant: str = "full") -> np.ndarray:
@@ -124,13 +117,13 @@ def coupling_rows(
     jacobians: Mapping[str, np.ndarray],
     n_permutations: int,
     seed: int,
-    henrici_values: dict[str, float] | None = None,
+    henrici_values: Mapping[str, float],
     stop_above: float | None = None,
 ) -> pd.DataFrame:
     """ρ(P_i, a_i) and its permutation p-value for every boundary and amplification variant (no FDR yet).
 
     ``jacobians`` maps boundary -> J̄_b (or a path to its .npy); the boundaries keep their given (depth) order.
-    ``henrici_values`` (boundary -> H, e.g. from spectra.tsv) saves recomputing the eigenvalues of every J̄_b.
+    ``henrici_values`` maps boundary -> its Henrici departure H (the spectra stage's, from spectra.tsv).
     ``stop_above`` (the FDR level q) stops a test early once its p is clearly above q (``spearman_permutation``).
     """
     rows = []
@@ -141,7 +134,7 @@ def coupling_rows(
         if not np.isfinite(J).all():
             raise LayergeomError(f"{b}: the mean Jacobian has non-finite entries")
         layer, kind = parse_boundary(b)
-        h = henrici(J) if henrici_values is None else float(henrici_values[b])
+        h = float(henrici_values[b])
         row = {"boundary": b, "layer": layer, "kind": kind, "henrici": h}
         for vi, variant in enumerate(AMPLIFICATIONS):
             a = amplification(J, variant)
@@ -190,12 +183,12 @@ def coupling_table(
     jacobians: Mapping[str, np.ndarray],
     cfg: dict,
     seed: int,
-    henrici_values: dict[str, float] | None = None,
+    henrici_values: Mapping[str, float],
 ) -> pd.DataFrame:
-    """The coupling table of one model checkpoint: one row per boundary, OUTPUTS.md columns first.
+    """The coupling table of one model checkpoint: one row per boundary, docs/outputs.md columns first.
 
     ``graphs`` maps boundary -> its node table (columns community, participation, boundary) in depth order;
-    ``henrici_values`` as in ``coupling_rows`` (computed from the Jacobians when None).
+    ``henrici_values`` as in ``coupling_rows``.
     """
     parts = {b: g["participation"].to_numpy(dtype=np.float64) for b, g in graphs.items()}
     flags = {b: g["boundary"].to_numpy(dtype=bool) for b, g in graphs.items()}
