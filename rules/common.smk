@@ -9,8 +9,12 @@ from pathlib import Path
 # OpenMP threads that spin while waiting slow small torch ops 10-100x on a shared machine; jobs inherit this
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# the workflow's own src/ first: works without `pip install` and never mixes in another checkout's code
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+# the workflow's own src/ first: works without `pip install` and never mixes in another checkout's code.
+# Jobs inherit PYTHONPATH (locally, in conda envs, and in SLURM job steps, which parse this file again), so
+# the scripts import the package like any installed one.
+_SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, _SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join([_SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 from snakemake.exceptions import WorkflowError
 

@@ -1,7 +1,5 @@
 import json
-import sys
 
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom.io import write_tsv
 from layergeom.manifest import checkpoint_table, warn_identical
 from layergeom.workflow import job

@@ -1,6 +1,3 @@
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom import corpus
 from layergeom.workflow import job
 

@@ -1,7 +1,5 @@
 import json
-import sys
 
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom.manifest import write_manifest
 from layergeom.workflow import job
 

@@ -1,6 +1,3 @@
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom.io import read_tsv, write_tsv
 from layergeom.tokenwise.convergence import tokenwise_convergence
 from layergeom.workflow import job

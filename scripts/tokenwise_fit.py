@@ -1,10 +1,8 @@
 import os
-import sys
 
 # OpenMP threads that spin while waiting make small torch ops 10-100x slower on a shared machine
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom.runtime import resolve_device
 from layergeom.tokenwise.pipeline import run_fit_layer
 from layergeom.workflow import job

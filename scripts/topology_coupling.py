@@ -1,6 +1,3 @@
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom.io import write_tsv
 from layergeom.topology.pipeline import checkpoint_coupling
 from layergeom.workflow import job

@@ -1,6 +1,3 @@
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom.io import read_tsv, save_figure
 from layergeom.plots.topology import plot_coupling_rho
 from layergeom.workflow import job

@@ -1,6 +1,3 @@
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom.topology.pipeline import run_topologies
 from layergeom.workflow import job
 

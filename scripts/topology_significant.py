@@ -1,6 +1,3 @@
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom.io import read_tsv, save_figure, write_tsv
 from layergeom.plots.topology import plot_significant_counts
 from layergeom.topology.coupling import significant_counts

@@ -1,8 +1,6 @@
 import shutil
-import sys
 from pathlib import Path
 
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom import corpus, models, train
 from layergeom.runtime import resolve_device
 from layergeom.workflow import job

@@ -1,7 +1,5 @@
-import sys
 from pathlib import Path
 
-sys.path.insert(0, f"{snakemake.scriptdir}/../src")  # noqa: F821
 from layergeom import corpus
 from layergeom.workflow import job
 
