@@ -18,9 +18,9 @@ include: "rules/common.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_output,
-    default_target: True
 
 
 include: "rules/sources.smk"

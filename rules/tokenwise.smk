@@ -9,25 +9,25 @@ rule tokenwise_fit:
     output:
         table="results/{model}/{checkpoint}/tokenwise/L{layer}.tsv",
         patches=temp("results/{model}/{checkpoint}/tokenwise/L{layer}.patches.npz"),
-    params:
-        tokenwise=lambda wc: section(wc.model, "tokenwise"),
-        run=run_settings(),
     log:
         "logs/tokenwise_fit/{model}/{checkpoint}/L{layer}.log",
     benchmark:
         "benchmarks/tokenwise_fit/{model}/{checkpoint}/L{layer}.tsv"
-    conda:
-        torch_env()
-    threads: job_threads()
     priority: 1  # the longest chain (fits -> KL -> summary): start it first
     # one cluster job runs every layer's fit of a (model, checkpoint), one after the other on one GPU: with
     # `group-components` in the SLURM profile (a fit takes seconds; one allocation each would mostly queue)
     group:
         "tokenwise_fit_{model}_{checkpoint}"
+    conda:
+        torch_env()
+    threads: job_threads()
     resources:
         gpu=gpu_jobs(),
         mem_mb=by_attempt(3000),
         runtime=by_attempt(5),  # minutes per layer; the group job asks for the sum over its layers
+    params:
+        tokenwise=lambda wc: section(wc.model, "tokenwise"),
+        run=run_settings(),
     script:
         "../scripts/tokenwise_fit.py"
 
@@ -39,20 +39,20 @@ rule tokenwise_kl:
         patches=lambda wc: tokenwise_layer_files(wc, "patches.npz"),
     output:
         "results/{model}/{checkpoint}/tokenwise/kl.tsv",
-    params:
-        batch_rows=lambda wc: section(wc.model, "tokenwise")["kl_batch_rows"],
-        run=run_settings(),
     log:
         "logs/tokenwise_kl/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/tokenwise_kl/{model}/{checkpoint}.tsv"
+    priority: 1  # the longest chain (fits -> KL -> summary): start it first
     conda:
         torch_env()
     threads: job_threads()
-    priority: 1  # the longest chain (fits -> KL -> summary): start it first
     resources:
         gpu=gpu_jobs(),
         mem_mb=by_attempt(4000),
+    params:
+        batch_rows=lambda wc: section(wc.model, "tokenwise")["kl_batch_rows"],
+        run=run_settings(),
     script:
         "../scripts/tokenwise_kl.py"
 
@@ -65,15 +65,15 @@ rule tokenwise_summary:
         summary="results/{model}/{checkpoint}/tokenwise.tsv",
         anchors="results/{model}/{checkpoint}/tokenwise/anchors.tsv",
         pooled="results/{model}/{checkpoint}/tokenwise/pooled.tsv",
-    params:
-        tokenwise=lambda wc: section(wc.model, "tokenwise"),
-        seed=config["seed"],
     log:
         "logs/tokenwise_summary/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/tokenwise_summary/{model}/{checkpoint}.tsv"
     conda:
         "../envs/plots.yaml"
+    params:
+        tokenwise=lambda wc: section(wc.model, "tokenwise"),
+        seed=config["seed"],
     script:
         "../scripts/tokenwise_summary.py"
 
@@ -128,16 +128,16 @@ rule tokenwise_figures:
             labels={"figure": TOKENWISE_FIGURES["energy_rank"]},
         ),
         energy_rank_pdf="results/figures/tokenwise_energy_rank.pdf",
-    params:
-        runs=tokenwise_runs(),
-        labels={m: model_cfg(m).get("label", m) for m in MODELS},
-        proj_k={m: section(m, "tokenwise")["proj_k"] for m in MODELS},
     log:
         "logs/tokenwise_figures/all.log",
     benchmark:
         "benchmarks/tokenwise_figures/all.tsv"
     conda:
         "../envs/plots.yaml"
+    params:
+        runs=tokenwise_runs(),
+        labels={m: model_cfg(m).get("label", m) for m in MODELS},
+        proj_k={m: section(m, "tokenwise")["proj_k"] for m in MODELS},
     script:
         "../scripts/tokenwise_figures.py"
 
@@ -145,7 +145,11 @@ rule tokenwise_figures:
 register_outputs(
     lambda: per_checkpoint("results/{model}/{checkpoint}/tokenwise.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/tokenwise/pooled.tsv")
-    + [f"results/figures/tokenwise_{f}.{ext}" for f in TOKENWISE_FIGURES for ext in ("png", "pdf")]
+    + [
+        f"results/figures/tokenwise_{f}.{ext}"
+        for f in TOKENWISE_FIGURES
+        for ext in ("png", "pdf")
+    ]
 )
 
 
@@ -156,44 +160,54 @@ rule tokenwise_convergence:
         tables=lambda wc: tokenwise_layer_files(wc, "tsv"),
     output:
         "results/{model}/{checkpoint}/tokenwise_convergence.tsv",
-    params:
-        tokenwise=lambda wc: section(wc.model, "tokenwise"),
-        seed=config["seed"],
     log:
         "logs/tokenwise_convergence/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/tokenwise_convergence/{model}/{checkpoint}.tsv"
     conda:
         "../envs/plots.yaml"
+    params:
+        tokenwise=lambda wc: section(wc.model, "tokenwise"),
+        seed=config["seed"],
     script:
         "../scripts/tokenwise_convergence.py"
 
 
 rule tokenwise_convergence_figure:
     input:
-        lambda wc: [f"results/{wc.model}/{c}/tokenwise_convergence.tsv" for c in checkpoints(wc.model)],
+        lambda wc: [
+            f"results/{wc.model}/{c}/tokenwise_convergence.tsv"
+            for c in checkpoints(wc.model)
+        ],
     output:
         png=report(
             "results/figures/tokenwise_convergence_{model}.png",
             caption="../report/tokenwise_convergence.rst",
             category="Paper A – tokenwise decomposition",
-            labels=lambda wc: {"model": wc.model, "figure": "convergence with anchors and windows"},
+            labels=lambda wc: {
+                "model": wc.model,
+                "figure": "convergence with anchors and windows",
+            },
         ),
         pdf="results/figures/tokenwise_convergence_{model}.pdf",
-    params:
-        checkpoints=lambda wc: checkpoints(wc.model),
-        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
     log:
         "logs/tokenwise_convergence_figure/{model}.log",
     benchmark:
         "benchmarks/tokenwise_convergence_figure/{model}.tsv"
     conda:
         "../envs/plots.yaml"
+    params:
+        checkpoints=lambda wc: checkpoints(wc.model),
+        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
     script:
         "../scripts/tokenwise_convergence_figure.py"
 
 
 register_outputs(
     lambda: per_checkpoint("results/{model}/{checkpoint}/tokenwise_convergence.tsv")
-    + [f"results/figures/tokenwise_convergence_{m}.{ext}" for m in MODELS for ext in ("png", "pdf")]
+    + [
+        f"results/figures/tokenwise_convergence_{m}.{ext}"
+        for m in MODELS
+        for ext in ("png", "pdf")
+    ]
 )

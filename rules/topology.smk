@@ -23,10 +23,6 @@ for _m in MODELS:
             nodes=topology_graphs(_m, "{checkpoint}", "tsv"),
             edges=topology_graphs(_m, "{checkpoint}", "edges.tsv"),
             sweep=topology_graphs(_m, "{checkpoint}", "sweep.tsv"),
-        params:
-            boundaries=boundaries(_m),
-            topology=section(_m, "topology"),
-            run=run_settings(),
         log:
             f"logs/topology_graph/{_m}/{{checkpoint}}.log",
         benchmark:
@@ -36,6 +32,10 @@ for _m in MODELS:
         threads: job_threads()
         resources:
             mem_mb=by_attempt(4000),
+        params:
+            boundaries=boundaries(_m),
+            topology=section(_m, "topology"),
+            run=run_settings(),
         script:
             "../scripts/topology_graph.py"
 
@@ -50,10 +50,6 @@ rule topology_coupling:
         table="results/{model}/{checkpoint}/coupling.tsv",
         by_operator="results/{model}/{checkpoint}/coupling_by_operator.tsv",
         sweep="results/{model}/{checkpoint}/coupling_sweep.tsv",
-    params:
-        boundaries=lambda wc: boundaries(wc.model),
-        topology=lambda wc: section(wc.model, "topology"),
-        run=run_settings(),
     log:
         "logs/topology_coupling/{model}/{checkpoint}.log",
     benchmark:
@@ -63,6 +59,10 @@ rule topology_coupling:
     threads: job_threads()
     resources:
         mem_mb=by_attempt(4000),
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        topology=lambda wc: section(wc.model, "topology"),
+        run=run_settings(),
     script:
         "../scripts/topology_coupling.py"
 
@@ -77,25 +77,32 @@ rule topology_graph_figure:
             caption="../report/topology_graph.rst",
             category="Paper B – topology",
             subcategory="{model}",
-            labels={"model": "{model}", "checkpoint": "{checkpoint}", "boundary": "{boundary}", "figure": "graph"},
+            labels={
+                "model": "{model}",
+                "checkpoint": "{checkpoint}",
+                "boundary": "{boundary}",
+                "figure": "graph",
+            },
         ),
         pdf="results/figures/topology_graph_{model}_{checkpoint}_{boundary}.pdf",
-    params:
-        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
-        seed=config["seed"],
     log:
         "logs/topology_graph_figure/{model}/{checkpoint}/{boundary}.log",
     benchmark:
         "benchmarks/topology_graph_figure/{model}/{checkpoint}/{boundary}.tsv"
     conda:
         "../envs/graphs.yaml"
+    params:
+        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
+        seed=config["seed"],
     script:
         "../scripts/topology_graph_figure.py"
 
 
 rule topology_coupling_figure:
     input:
-        lambda wc: [f"results/{wc.model}/{c}/coupling.tsv" for c in checkpoints(wc.model)],
+        lambda wc: [
+            f"results/{wc.model}/{c}/coupling.tsv" for c in checkpoints(wc.model)
+        ],
     output:
         png=report(
             "results/figures/coupling_rho_{model}.png",
@@ -105,15 +112,15 @@ rule topology_coupling_figure:
             labels={"model": "{model}", "figure": "coupling ρ vs layer"},
         ),
         pdf="results/figures/coupling_rho_{model}.pdf",
-    params:
-        checkpoints=lambda wc: checkpoints(wc.model),
-        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
     log:
         "logs/topology_coupling_figure/{model}.log",
     benchmark:
         "benchmarks/topology_coupling_figure/{model}.tsv"
     conda:
         "../envs/graphs.yaml"
+    params:
+        checkpoints=lambda wc: checkpoints(wc.model),
+        label=lambda wc: model_cfg(wc.model).get("label", wc.model),
     script:
         "../scripts/topology_coupling_figure.py"
 
@@ -130,14 +137,14 @@ rule coupling_significant_layers:
             labels={"figure": "FDR-significant layers per checkpoint"},
         ),
         pdf="results/figures/coupling_significant_layers.pdf",
-    params:
-        runs=[[m, c] for m in MODELS for c in checkpoints(m)],
     log:
         "logs/coupling_significant_layers/all.log",
     benchmark:
         "benchmarks/coupling_significant_layers/all.tsv"
     conda:
         "../envs/graphs.yaml"
+    params:
+        runs=[[m, c] for m in MODELS for c in checkpoints(m)],
     script:
         "../scripts/topology_significant.py"
 
@@ -148,10 +155,20 @@ register_outputs(
     + [
         f"results/figures/topology_graph_{m}_{c}_{b}.{ext}"
         for m in MODELS
-        for b in [section(m, "topology")["figure_boundary"] or boundaries(m)[len(boundaries(m)) // 2]]
+        for b in [
+            section(m, "topology")["figure_boundary"]
+            or boundaries(m)[len(boundaries(m)) // 2]
+        ]
         for c in checkpoints(m)
         for ext in ("png", "pdf")
     ]
-    + [f"results/figures/coupling_rho_{m}.{ext}" for m in MODELS for ext in ("png", "pdf")]
-    + [f"results/figures/coupling_significant_layers.{ext}" for ext in ("tsv", "png", "pdf")]
+    + [
+        f"results/figures/coupling_rho_{m}.{ext}"
+        for m in MODELS
+        for ext in ("png", "pdf")
+    ]
+    + [
+        f"results/figures/coupling_significant_layers.{ext}"
+        for ext in ("tsv", "png", "pdf")
+    ]
 )

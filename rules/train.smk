@@ -9,12 +9,6 @@ rule train_model:
     output:
         checkpoints=directory("resources/train/{model}"),
         curves="results/{model}/training.tsv",
-    params:
-        family=lambda wc: model_cfg(wc.model)["family"],
-        hf_config=lambda wc: model_cfg(wc.model)["hf_config"],
-        train=lambda wc: section(wc.model, "train"),
-        window_tokens=config["corpus"]["window_tokens"],
-        run=run_settings(),
     log:
         "logs/train_model/{model}.log",
     benchmark:
@@ -25,6 +19,12 @@ rule train_model:
     resources:
         gpu=gpu_jobs(),
         mem_mb=by_attempt(4000),
+    params:
+        family=lambda wc: model_cfg(wc.model)["family"],
+        hf_config=lambda wc: model_cfg(wc.model)["hf_config"],
+        train=lambda wc: section(wc.model, "train"),
+        window_tokens=config["corpus"]["window_tokens"],
+        run=run_settings(),
     script:
         "../scripts/train_model.py"
 
@@ -32,7 +32,9 @@ rule train_model:
 rule training_figure:
     input:
         curves="results/{model}/training.tsv",
-        manifests=lambda wc: [f"results/{wc.model}/{c}/manifest.json" for c in checkpoints(wc.model)],
+        manifests=lambda wc: [
+            f"results/{wc.model}/{c}/manifest.json" for c in checkpoints(wc.model)
+        ],
         tables=lambda wc: training_tables(wc.model),
     output:
         png=report(
@@ -43,15 +45,15 @@ rule training_figure:
         ),
         pdf="results/figures/training_dynamics_{model}.pdf",
         tsv="results/{model}/training_dynamics.tsv",
-    params:
-        results=lambda wc: f"results/{wc.model}",
-        checkpoints=lambda wc: checkpoints(wc.model),
     log:
         "logs/training_figure/{model}.log",
     benchmark:
         "benchmarks/training_figure/{model}.tsv"
     conda:
         "../envs/plots.yaml"
+    params:
+        results=lambda wc: f"results/{wc.model}",
+        checkpoints=lambda wc: checkpoints(wc.model),
     script:
         "../scripts/training_figure.py"
 
