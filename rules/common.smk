@@ -28,7 +28,9 @@ from layergeom.names import (
     boundary_regex,
     kept_boundaries,
 )
-from layergeom.runtime import LayergeomError, visible_gpus
+from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
+
+prepend_pythonpath(_SRC)
 from layergeom.schedule import log_spaced_steps
 from layergeom.spectral.settings import JacobianSettings
 

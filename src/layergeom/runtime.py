@@ -177,3 +177,9 @@ def progress(iterable=None, **kwargs):
     kwargs.setdefault("mininterval", 2.0)
     kwargs.setdefault("file", sys.stderr)
     return tqdm(iterable, **kwargs)
+
+
+def prepend_pythonpath(path: str) -> None:
+    """Put ``path`` first on PYTHONPATH for every process started from here (the workflow's jobs)."""
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != path]
+    os.environ["PYTHONPATH"] = os.pathsep.join([path, *rest])
