@@ -14,9 +14,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # the scripts import the package like any installed one.
 _SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, _SRC)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [_SRC, *filter(None, [os.environ.get("PYTHONPATH")])]
-)
 
 from snakemake.exceptions import WorkflowError
 
