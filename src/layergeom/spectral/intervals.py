@@ -322,6 +322,8 @@ def metric_replicates(
     """Replicate values of every spectra.tsv metric at J + Δ_k for each deviation Δ_k (K, d, d) -> metric: (K,)."""
     if method not in CI_METHODS:
         raise ValueError(f"spectra.ci_method '{method}' is not one of {', '.join(CI_METHODS)}")
+    if not np.any(J):  # J̄ = 0 exactly (Gemma-4's shared-KV attention on one token): no spectrum to perturb
+        return {m: np.full(len(deltas), np.nan) for m in spectral_metrics(np.asarray(J, np.float64), tol=tol)}
     if method == "exact":
         rows = [spectral_metrics(J + np.asarray(D, np.float64), sr_k=sr_k, tol=tol) for D in deltas]
     else:
