@@ -263,3 +263,23 @@ def test_per_model_store_overrides_build_and_keep_is_global(tmp_path):
     bad = _dry_run(tmp_path, {}, overrides={"keep": False})
     assert bad.returncode != 0
     assert "models.tiny-llama.overrides.activations.keep" in bad.stdout + bad.stderr
+
+
+def test_kl_accepts_the_rounded_store_of_its_weights_and_refuses_other_weights(tmp_path):
+    """The KL job compares one clean pass with the store: a bf16 store of the same weights passes (its rounding,
+    ≤ u relative, is allowed for), the store of other weights does not."""
+    from layergeom.tokenwise.pipeline import fit_layer, kl_checkpoint
+
+    tcfg = {**lgconfig.validate({"models": {"m": dict(TINY["llama"], checkpoints={"c": {}})}})["tokenwise"]}
+    tcfg.update(SMALL_TOKENWISE, classes=["identity"])
+    mcfg = dict(TINY["llama"], checkpoints={"a": {"seed": 1}, "b": {"seed": 2}})
+    for ck in ("a", "b"):
+        models.materialize("m", ck, mcfg, tmp_path / ck)
+    store.dump_activations(get_adapter(models.load_model(tmp_path / "a")), WINDOWS, tmp_path / "acts", dtype="bfloat16")
+    patches = []
+    for layer in range(2):
+        np.savez(tmp_path / f"L{layer}.npz", **fit_layer(tmp_path / "acts", layer, tcfg, seed=0)[1])
+        patches.append(tmp_path / f"L{layer}.npz")
+    assert np.isfinite(kl_checkpoint(tmp_path / "a", tmp_path / "acts", patches)["kl"]).all()
+    with pytest.raises(LayergeomError, match="do not match the weights"):
+        kl_checkpoint(tmp_path / "b", tmp_path / "acts", patches)
