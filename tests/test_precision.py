@@ -225,9 +225,11 @@ def test_activations_settings_validate_and_override_per_model():
 
 
 # ---- the DAG: temp() stores and stages that need boundaries the store did not keep ---------------------
-def _dry_run(tmp_path, activations: dict, *targets) -> subprocess.CompletedProcess:
+def _dry_run(tmp_path, activations: dict, *targets, overrides: dict | None = None) -> subprocess.CompletedProcess:
     cfg = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
     cfg["activations"] = activations
+    if overrides:
+        cfg["models"]["tiny-llama"]["overrides"] = {"activations": overrides}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-n", "-d", str(tmp_path / "wd"), *targets]
     cmd += ["--configfile", str(tmp_path / "c.yaml")]  # last: it takes every argument after it
@@ -253,3 +255,31 @@ def test_dag_refuses_stages_whose_boundaries_were_not_kept(tmp_path):
     ok = _dry_run(tmp_path, {"boundaries": "block_inputs"}, "results/tiny-llama/init/tokenwise.tsv")
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert re.search(r"^activations\s+1$", ok.stdout, re.M)
+
+
+def test_per_model_store_overrides_build_and_keep_is_global(tmp_path):
+    over = _dry_run(tmp_path, {}, "results/tiny-llama/init/activations", overrides={"dtype": "bfloat16"})
+    assert over.returncode == 0, over.stderr[-3000:]
+    bad = _dry_run(tmp_path, {}, overrides={"keep": False})
+    assert bad.returncode != 0
+    assert "models.tiny-llama.overrides.activations.keep" in bad.stdout + bad.stderr
+
+
+def test_kl_accepts_the_rounded_store_of_its_weights_and_refuses_other_weights(tmp_path):
+    """The KL job compares one clean pass with the store: a bf16 store of the same weights passes (its rounding,
+    ≤ u relative, is allowed for), the store of other weights does not."""
+    from layergeom.tokenwise.pipeline import fit_layer, kl_checkpoint
+
+    tcfg = {**lgconfig.validate({"models": {"m": dict(TINY["llama"], checkpoints={"c": {}})}})["tokenwise"]}
+    tcfg.update(SMALL_TOKENWISE, classes=["identity"])
+    mcfg = dict(TINY["llama"], checkpoints={"a": {"seed": 1}, "b": {"seed": 2}})
+    for ck in ("a", "b"):
+        models.materialize("m", ck, mcfg, tmp_path / ck)
+    store.dump_activations(get_adapter(models.load_model(tmp_path / "a")), WINDOWS, tmp_path / "acts", dtype="bfloat16")
+    patches = []
+    for layer in range(2):
+        np.savez(tmp_path / f"L{layer}.npz", **fit_layer(tmp_path / "acts", layer, tcfg, seed=0)[1])
+        patches.append(tmp_path / f"L{layer}.npz")
+    assert np.isfinite(kl_checkpoint(tmp_path / "a", tmp_path / "acts", patches)["kl"]).all()
+    with pytest.raises(LayergeomError, match="do not match the weights"):
+        kl_checkpoint(tmp_path / "b", tmp_path / "acts", patches)

