@@ -72,6 +72,37 @@ def test_output_tables_have_the_documented_columns(reference_run):
                     assert min(len(v) for v in sizes.values()) >= min(4, int(man["n_windows"]) - 1)
 
 
+def documented_columns() -> dict[str, list[str]]:
+    """docs/outputs.md: the per-checkpoint tables and every column its table names (both column cells)."""
+    import re
+
+    text = (ROOT / "docs" / "outputs.md").read_text()
+    section = text.split("## Per model and checkpoint", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`") and cells[0].endswith(".tsv`"):
+            names = re.findall(r"`([a-z_]+)`", cells[2] + " " + cells[3])
+            out[cells[0].strip("`")] = [n for n in names if not n.endswith("_v")]
+    return out
+
+
+def test_docs_outputs_columns_exist(reference_run):
+    """Every table and column that docs/outputs.md names is in every checkpoint's results of the test run."""
+    documented = documented_columns()
+    assert {"tokenwise.tsv", "spectra.tsv", "cumulative.tsv", "schur.tsv", "coupling.tsv"} <= set(documented)
+    values = {"update", "full", "none", "random", "spearman_rho", "angle_res_deg", "anchors", "windows",
+              "non-normal", "near-symmetric", "structured", "autodiff", "self",
+              "own", "energy_ranks", "_abs"}  # values, a config key and a suffix named in the cells  # fmt: skip
+    for name, m in TEST_CONFIG["models"].items():
+        for ck in m["checkpoints"]:
+            for table, cols in documented.items():
+                with open(reference_run / "results" / name / ck / table) as f:
+                    header = f.readline().rstrip("\n").split("\t")
+                missing = [c for c in cols if c not in header and c not in values]
+                assert not missing, (name, ck, table, missing)
+
+
 def test_nothing_left_to_do(reference_run):
     res = snakemake(reference_run, "-n")
     assert "Nothing to be done" in res.stdout + res.stderr
