@@ -44,21 +44,13 @@ from torch import nn  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from shapes import SMOLLM2  # noqa: E402  (bench/shapes.py)
+
 from layergeom.adapters import get_adapter  # noqa: E402
 from layergeom.adapters import parts as P  # noqa: E402
 from layergeom.models import build_random  # noqa: E402
 from layergeom.spectral import jacobians as jac  # noqa: E402
 from layergeom.spectral import structured as st  # noqa: E402
-
-SMOLLM2 = dict(
-    vocab_size=512,
-    hidden_size=576,
-    intermediate_size=1536,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    max_position_embeddings=256,
-    rms_norm_eps=1e-5,
-)
 
 
 def timed(fn, repeats: int = 1):

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TINY_CONFIGS, tiny_model
+from conftest import ROOT, TINY_CONFIGS, central_differences, tiny_model
 
 from layergeom.adapters import ADAPTERS, FAMILIES, FINAL, MODEL_TYPES, Boundary, boundaries_for, get_adapter
 from layergeom.names import KIND_ORDER, TOKENWISE_KINDS
@@ -201,15 +201,6 @@ def test_stacked_runs_resume_each_window(type_adapter, token_ids):
 # bound. Where a model runs in float64 throughout the rounding term is far smaller and the same bound holds.
 FD_STEPS, FD_TOL, FD_ROUND = (2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 1e-1), 1e-4, 16 * torch.finfo(torch.float32).eps
 
-
-def central_differences(fn, x: torch.Tensor, h: float) -> torch.Tensor:
-    """(N, d_out, d_in) Jacobians of a row-wise map fn((M, d)) -> (M, d): 4th-order central differences."""
-    N, d = x.shape
-    eye = torch.eye(d, dtype=x.dtype)
-    steps = (2 * h, h, -h, -2 * h)
-    X = torch.cat([x[:, None] + s * eye for s in steps], dim=1).reshape(-1, d)  # (N*4d, d)
-    Y = fn(X).reshape(N, 4, d, -1)  # (N, step, d_in, d_out)
-    return ((-Y[:, 0] + 8 * Y[:, 1] - 8 * Y[:, 2] + Y[:, 3]) / (12 * h)).transpose(1, 2)
 
 
 def assert_matches_fd(J: torch.Tensor, fn, x: torch.Tensor, what: str) -> None:

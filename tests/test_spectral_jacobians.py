@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT, tiny_model
+from conftest import ROOT, central_differences, tiny_model
 
 from layergeom.adapters import FAMILIES, adapter_class, get_adapter
 from layergeom.adapters import parts as P
@@ -44,15 +44,6 @@ def family(request):
 def fd_setting(family, context="isolated"):
     return FD["float32_inside" if family in FLOAT32_INSIDE[context] else "float64"]
 
-
-def central_differences(fn, x: torch.Tensor, h: float) -> torch.Tensor:
-    """(N, d_out, d_in) Jacobians of a row-wise map fn((M, d)) -> (M, d): 4th-order central differences, batched."""
-    N, d = x.shape
-    eye = torch.eye(d, dtype=x.dtype)
-    steps = (2 * h, h, -h, -2 * h)
-    X = torch.cat([x[:, None] + s * eye for s in steps], dim=1).reshape(-1, d)  # (N*4d, d)
-    Y = fn(X).reshape(N, 4, d, -1)  # (N, step, d_in, d_out)
-    return ((-Y[:, 0] + 8 * Y[:, 1] - 8 * Y[:, 2] + Y[:, 3]) / (12 * h)).transpose(1, 2)
 
 
 @pytest.fixture
