@@ -62,8 +62,10 @@ def runs(tmp_path_factory):
         run = {"info": info, "param_dtype": next(model.parameters()).dtype, "weights": model.state_dict()}
         st = store.dump_activations(ad, WINDOWS, d / "acts", batch_size=5)
         run["states"] = {n: np.asarray(st.states(n)) for n in st.names}
-        outputs = {b: (d / f"{b}.npy", d / f"{b}.tsv") for b in st.boundaries}
-        run["J"] = {b: r.mean for b, r in boundary_jacobians(ad, st, st.boundaries, outputs, n_samples=12).items()}
+        files = {"npy": "npy", "groups": "groups.npy", "json": "json", "tsv": "tsv"}
+        outputs = {b: {k: d / f"{b}.{s}" for k, s in files.items()} for b in st.boundaries}
+        settings = {"n_samples": 12, "samples": "last"}  # the last token of each window, as in context
+        run["J"] = {b: r.mean for b, r in boundary_jacobians(ad, st, st.boundaries, outputs, settings).items()}
         tables, patches = [], []
         for layer in range(ad.n_layers):
             table, p = fit_layer(d / "acts", layer, tcfg, seed=0)

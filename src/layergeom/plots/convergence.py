@@ -12,10 +12,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..io import read_tsv, save_figure  # noqa: E402
-from .spectral import checkpoint_colours  # noqa: E402
+from .spectral import checkpoint_colours, size_axis  # noqa: E402
 
 PANELS = [("spearman_rho", "anchors"), ("spearman_rho", "windows"), ("angle_res_deg", "anchors"),
           ("angle_res_deg", "windows")]  # fmt: skip
+
 
 
 def plot_tokenwise_convergence(tables: dict[str, pd.DataFrame], title: str):
@@ -35,7 +36,7 @@ def plot_tokenwise_convergence(tables: dict[str, pd.DataFrame], title: str):
                 ax.errorbar(part["n"].to_numpy(float) * (1 + 0.03 * k), part["value"],
                             yerr=np.where(np.isfinite(yerr), yerr, 0), color=colours[ck], marker="o", ms=3,
                             capsize=2, lw=1, label=ck)  # fmt: skip
-            ax.set_xscale("log")
+            size_axis(ax, sorted({int(n) for df in tables.values() for n in df.loc[df["axis"] == axis, "n"]}))
             ax.tick_params(labelsize=7)
             if i == 0:
                 ax.set_title(f"{'ρ(RelErr, KL)' if metric == 'spearman_rho' else 'residual angle (°)'} vs {axis}",

@@ -44,6 +44,17 @@ def band(ax, x, table: pd.DataFrame, col: str, color, **kw) -> None:
         ax.fill_between(np.asarray(x, float), table[lo], table[hi], color=color, alpha=BAND_ALPHA, lw=0, **kw)
 
 
+def size_axis(ax, sizes: list[int]) -> None:
+    """A log x axis labelled at the subset sizes themselves (no minor labels: they crowd on a short axis)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(sizes))
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def checkpoint_colours(names) -> dict[str, tuple]:
     cmap = plt.get_cmap("viridis")
     n = max(len(names), 1)
@@ -234,7 +245,7 @@ def plot_convergence(tables: dict[str, pd.DataFrame], title: str):
             yerr = np.vstack([part["value"] - part["ci_low"], part["ci_high"] - part["value"]])
             ax.errorbar(x, part["value"], yerr=np.where(np.isfinite(yerr), yerr, 0), color=colours[ck],
                         marker="o", ms=3, capsize=2, lw=1, label=ck)  # fmt: skip
-        ax.set_xscale("log")
+        size_axis(ax, sorted({int(n) for df in tables.values() for n in df.loc[df["metric"] == metric, "n_samples"]}))
         ax.set_title(metric, fontsize=8)
         ax.set_xlabel("samples (first groups)", fontsize=7)
         ax.tick_params(labelsize=7)
