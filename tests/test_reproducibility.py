@@ -122,7 +122,8 @@ def test_two_clean_runs_give_bit_identical_tables(reference_run, second_run):
 
 
 # ---- rerun only what changed ------------------------------------------------------------------------
-JOB = re.compile(r"^(?:local)?rule (\S+):\n((?:    \S.*(?:\n|$))+)", flags=re.M)
+# a job's block; the jobs of a group job (the grouped tokenwise fits) are listed indented under it
+JOB = re.compile(r"^( *)(?:local)?rule (\S+):\n((?:\1    \S.*(?:\n|$))+)", flags=re.M)
 
 
 @dataclass
@@ -140,10 +141,10 @@ def dry_run_jobs(workdir: Path, config: Path) -> list[Job]:
     text = res.stdout + res.stderr
     jobs = []
     for m in JOB.finditer(text):
-        pairs = (re.match(r"\s+([\w ]+?): (.*)", line) for line in m.group(2).splitlines())
+        pairs = (re.match(r"\s+([\w ]+?): (.*)", line) for line in m.group(3).splitlines())
         fields = dict(p.groups() for p in pairs if p)
-        if m.group(1) != "all":
-            jobs.append(Job(m.group(1), fields))
+        if m.group(2) != "all":
+            jobs.append(Job(m.group(2), fields))
     if not jobs:
         assert "Nothing to be done" in text, text[-3000:]
     return jobs

@@ -88,7 +88,8 @@ def plot_geometry(summaries: dict[str, pd.DataFrame], labels: dict, proj_k: dict
     lbls += ["tokenwise t", "residual r"]
     handles += [plt.Line2D([], [], color="0.5", ls=":")]
     lbls += ["random baseline k/d"]
-    fig.legend(handles, lbls, loc="lower center", ncol=min(len(lbls), 5), bbox_to_anchor=(0.5, -0.04), frameon=False)
+    ncol = min(len(lbls), 5 if max(map(len, lbls), default=0) < 30 else 2)  # long run labels: fewer columns
+    fig.legend(handles, lbls, loc="upper center", ncol=ncol, bbox_to_anchor=(0.5, 0.0), frameon=False)  # below
     ks = sorted(set(proj_k.values()))
     fig.suptitle(
         f"Update u = h_(l+1) - h_l vs its tokenwise part and residual (projection k = {', '.join(map(str, ks))})"

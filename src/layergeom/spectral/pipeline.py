@@ -254,11 +254,17 @@ def boundary_jacobians(
         results[name] = res
     if reused:
         log.info("resumed: %d boundaries reused, %d computed", len(reused), len(results))
-    for name in boundaries:  # all finished: move into place, the json last
+    for name in boundaries:  # all finished: move into place, the json last and without the resume key
         part = _partial_paths(Path(outputs[name]["npy"]).parent / PARTIAL, name)
         for k in SUFFIXES:
             Path(outputs[name][k]).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(part[k], outputs[name][k])
+            if k == "json":  # the key names files by path and mtime: it must not make two runs' outputs differ
+                meta = json.loads(part[k].read_text())
+                meta.pop("key", None)
+                with atomic_path(outputs[name][k]) as tmp:
+                    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+            else:
+                os.replace(part[k], outputs[name][k])
     for work in {Path(outputs[n]["npy"]).parent / PARTIAL for n in boundaries}:
         shutil.rmtree(work, ignore_errors=True)
     return results
