@@ -109,7 +109,7 @@ def plot_relerr(summaries: dict[str, pd.DataFrame], labels: dict):
             ax.plot(g["layer"], g["relerr"], "o-", ms=3, lw=1.3, color=CLASS_COLOURS[cls], label=cls)
         ax.set_yscale("log")
         ax.set_xlabel("layer")
-        ax.set_title(_run_label(run, labels), fontsize=10)
+        ax.set_title(textwrap.fill(_run_label(run, labels), width=int(4.2 * 72 / (0.6 * 10))), fontsize=10)
     axes[0, 0].set_ylabel("mean RelErr ||r|| / ||h_(l+1)||")
     axes[0, -1].legend(fontsize=8, loc="best")
     fig.tight_layout()
@@ -190,7 +190,7 @@ def plot_rho(summaries: dict[str, pd.DataFrame], labels: dict):
         ax.set_yticks(range(len(classes)), classes)
         step = max(1, len(piv.columns) // 15)
         ax.set_xticks(range(0, len(piv.columns), step), piv.columns[::step])
-        ax.set_title(_run_label(run, labels), fontsize=10)
+        ax.set_title(textwrap.fill(_run_label(run, labels), width=int(width * 72 / (0.6 * 10))), fontsize=10)
         if len(piv.columns) <= 12:
             for (yi, xi), v in np.ndenumerate(piv.to_numpy(dtype=float)):
                 if np.isfinite(v):
