@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from shapes import SMOLLM2  # noqa: E402  (bench/shapes.py)
+from shapes import SMOLLM2, machine_info  # noqa: E402  (bench/shapes.py)
 
 from layergeom.adapters import get_adapter  # noqa: E402
 from layergeom.models import build_random  # noqa: E402
@@ -86,12 +85,7 @@ def main(argv=None):
     peak_shapes = [(c * d, d, d_ff), (c * d, d_ff, d)]
     peak = max(gemm_rate(*s) for s in peak_shapes)  # measured again at the end; the larger rate is kept
     result = {
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "torch": torch.__version__,
-            "threads": args.threads,
-        },
+        "machine": machine_info(args.threads),
         "shapes": {"d": d, "d_ff": d_ff, "heads": 9, "kv_heads": 3, "chunk_size": c},
         "gemm_fp32_gflops": peak / 1e9,
         "boundaries": {},

@@ -30,7 +30,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ from torch import nn  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from shapes import SMOLLM2  # noqa: E402  (bench/shapes.py)
+from shapes import SMOLLM2, machine_info  # noqa: E402  (bench/shapes.py)
 
 from layergeom.adapters import get_adapter  # noqa: E402
 from layergeom.adapters import parts as P  # noqa: E402
@@ -256,10 +255,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     out = {
         "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "torch": torch.__version__,
-            "threads": args.threads,
+            **machine_info(args.threads),
             "load_average_at_start": os.getloadavg(),
             "gemm_fp32_gflops": gemm_rate(576 * 16, 576, 1536) / 1e9,
         },
