@@ -25,6 +25,7 @@ from layergeom.names import (
     boundary_regex,
     kept_boundaries,
 )
+from layergeom.resources import checkpoint_elements, materialize_mem_mb
 from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
 
 prepend_pythonpath(_SRC)
@@ -360,6 +361,24 @@ def gpu_jobs():
 def by_attempt(base):
     """A resource that grows with each try (`retries:` in the SLURM profile): base, 2 x base, ..."""
     return lambda wildcards, attempt: int(base * attempt)
+
+
+def materialize_memory(wildcards, input, attempt):
+    """materialize's host memory (MB) for this try: the weights it reads, counted from their safetensors
+    headers, in the model's dtype x 1.3 + 2.5 GB (layergeom.resources, measured); 4 GB with nothing to count.
+    """
+    folders = [getattr(input, "hub", None)]
+    if getattr(
+        input, "reference", None
+    ):  # an init checkpoint: the shape of its reference checkpoint
+        folders.append(str(Path(input.reference).parent))
+    folders += {
+        str(Path(p).parent)
+        for p in getattr(input, "source_files", [])
+        if str(p).endswith(".safetensors")
+    }
+    n = checkpoint_elements([f for f in folders if f])
+    return materialize_mem_mb(n, model_cfg(wildcards.model)["dtype"]) * attempt
 
 
 def torch_env():

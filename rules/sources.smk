@@ -93,7 +93,7 @@ rule materialize:
     conda:
         torch_env()
     resources:
-        mem_mb=by_attempt(4000),
+        mem_mb=materialize_memory,
     params:
         model_cfg=lambda wc: materialize_cfg(wc.model, wc.checkpoint),
         out_dir=lambda wc: model_dir(wc.model, wc.checkpoint),

@@ -3,7 +3,7 @@ from pathlib import Path
 from layergeom import corpus, models, store
 from layergeom.adapters import get_adapter
 from layergeom.runtime import resolve_device
-from layergeom.workflow import job
+from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
@@ -19,4 +19,6 @@ with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
         dtype=st["dtype"],
         boundaries=st["boundaries"],
         extra_meta=meta,
+        snapshot_s=snapshot_seconds(sm),
+        resume_inputs=[sm.input.weights, sm.input.windows],
     )

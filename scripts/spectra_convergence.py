@@ -1,5 +1,5 @@
 from layergeom.spectral.pipeline import BoundaryFiles, write_convergence
-from layergeom.workflow import job
+from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 cfg = sm.params.spectra
@@ -13,4 +13,5 @@ with job(sm, threads=sm.threads):
         dtype=cfg["dtype"],
         rank_tol=cfg["rank_tol"],
         ci_level=cfg["ci_level"],
+        snapshot_s=snapshot_seconds(sm),
     )

@@ -1,5 +1,5 @@
 from layergeom.spectral.pipeline import BoundaryFiles, write_cumulative
-from layergeom.workflow import job
+from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 cfg = sm.params.spectra
@@ -9,4 +9,5 @@ with job(sm, threads=sm.threads):
         sm.output[0],
         ci_level=cfg["ci_level"],
         ci_blocks=cfg["ci_blocks"],
+        snapshot_s=snapshot_seconds(sm),
     )

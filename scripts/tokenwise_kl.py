@@ -6,7 +6,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from layergeom.runtime import resolve_device
 from layergeom.tokenwise.pipeline import run_kl_checkpoint
-from layergeom.workflow import job
+from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
@@ -17,4 +17,5 @@ with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
         device=resolve_device(sm.params.run["device"]),
         batch_rows=sm.params.batch_rows,
         out=sm.output[0],
+        snapshot_s=snapshot_seconds(sm),
     )

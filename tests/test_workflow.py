@@ -108,6 +108,15 @@ def test_nothing_left_to_do(reference_run):
     assert "Nothing to be done" in res.stdout + res.stderr
 
 
+def test_no_work_folder_is_left_behind(reference_run):
+    """The test config snapshots every step of the long jobs (snapshot_minutes: 0): the jobs saved snapshots
+    (their logs say so) and removed their work folders once their outputs were in place."""
+    assert not sorted(reference_run.rglob(".partial")), "work folders left after a finished run"
+    logs = [p.read_text() for p in (reference_run / "logs").rglob("*.log")]
+    for what in ("activations", "tokenwise_kl", "spectra", "cumulative", "schur", "convergence"):
+        assert any(f"{what}: snapshot after " in t for t in logs), what
+
+
 def test_config_typo_stops_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((ROOT / "config" / "test.yaml").read_text().replace("window_tokens:", "window_tokns:"))

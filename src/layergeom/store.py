@@ -171,6 +171,8 @@ def dump_activations(
     extra_meta: dict | None = None,
     dtype: str = "float32",
     boundaries="all",
+    snapshot_s: float | None = None,
+    resume_inputs: list | None = None,
 ) -> ActivationStore:
     """Stream the residual stream at every kept boundary of all windows (n, T) into per-boundary memmaps.
 
@@ -178,6 +180,11 @@ def dump_activations(
     activation (or a value beyond the range of a float16 store) stops the dump with the boundary and
     window named, and leaves no output behind. dtype is the storage dtype (float32, float16, bfloat16);
     boundaries is ``activations.boundaries`` (:func:`kept_boundaries`).
+
+    With ``snapshot_s`` the dump is resumable (``layergeom.resume``): the store grows in ``.partial/`` next to
+    ``out_dir``, and every ``snapshot_s`` seconds its memmaps are flushed and the number of windows done is
+    recorded with a key of ``resume_inputs`` (the weights and windows files) and the settings; a job killed in
+    the middle goes on from there. A bad input still leaves nothing behind.
     """
     import torch
 
@@ -188,45 +195,108 @@ def dump_activations(
     names = kept_boundaries(model_boundaries, boundaries) + [FINAL]
     d = adapter.d_model
     needed = len(names) * n * T * d * np.dtype(STORE_DTYPES[dtype]).itemsize + n * T * 3 * 8  # boundaries + index
-    with atomic_path(out_dir, is_dir=True) as tmp, _disk_full_is_clear(out_dir, needed):
-        check_free_space(tmp, needed, out_dir)
-        mms = {nm: _reserved_memmap(tmp / f"{nm}.npy", (n * T, d), STORE_DTYPES[dtype]) for nm in names}
-        for start in progress(range(0, n, batch_size), desc="activations", unit="batch"):
-            ids = torch.as_tensor(windows[start : start + batch_size], dtype=torch.long)
+    meta = {
+        "names": names,
+        "model_boundaries": model_boundaries,
+        "boundaries_setting": boundaries if isinstance(boundaries, str) else "list",
+        "n_windows": n,
+        "window_tokens": T,
+        "d_model": d,
+        "dtype": dtype,
+    }
+    meta.update(extra_meta or {})
+
+    def fill(tmp: Path, mms: dict, start: int, saved=None) -> None:
+        for first in progress(range(start, n, batch_size), desc="activations", unit="batch", initial=start // batch_size,
+                              total=-(-n // batch_size)):  # fmt: skip
+            ids = torch.as_tensor(windows[first : first + batch_size], dtype=torch.long)
             cap = adapter.capture(ids)
             missing = set(names) - set(cap)
             if missing:
                 raise RuntimeError(f"adapter did not capture {sorted(missing)}")
-            rows = slice(start * T, (start + ids.shape[0]) * T)
+            rows = slice(first * T, (first + ids.shape[0]) * T)
             for nm in names:
                 x = cap[nm].reshape(-1, d)  # (rows, d) in the model's dtype
-                check_activations(x.float().cpu().numpy(), nm, start, T)  # non-finite, or overflowing float32
+                check_activations(x.float().cpu().numpy(), nm, first, T)  # non-finite, or overflowing float32
                 x = x.to(getattr(torch, dtype))  # rounded to the store's dtype once
-                bad = _first_bad_window(x, start, T)
+                bad = _first_bad_window(x, first, T)
                 if bad is not None:  # finite in the model, beyond the store's range (float16: 65504)
                     raise LayergeomError(
                         f"activations at boundary {nm}, window {bad} exceed the range of a {dtype} store "
                         f"(largest |value| {float(cap[nm].abs().max()):.3g}); use activations.dtype: bfloat16 or float32"
                     )
                 mms[nm][rows] = _to_store(x, dtype)
+            if saved is not None:
+                saved(first + ids.shape[0])
         for mm in mms.values():
             mm.flush()
-        del mms
         win, pos = np.divmod(np.arange(n * T), T)
         np.save(tmp / "index.npy", np.stack([win, pos, windows.reshape(-1)], axis=1).astype(np.int64))
-        meta = {
-            "names": names,
-            "model_boundaries": model_boundaries,
-            "boundaries_setting": boundaries if isinstance(boundaries, str) else "list",
-            "n_windows": n,
-            "window_tokens": T,
-            "d_model": d,
-            "dtype": dtype,
-        }
-        meta.update(extra_meta or {})
         (tmp / "store.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    if snapshot_s is None:
+        with atomic_path(out_dir, is_dir=True) as tmp, _disk_full_is_clear(out_dir, needed):
+            check_free_space(tmp, needed, out_dir)
+            mms = {nm: _reserved_memmap(tmp / f"{nm}.npy", (n * T, d), STORE_DTYPES[dtype]) for nm in names}
+            fill(tmp, mms, 0)
+            del mms
+    else:
+        _resumable_dump(out_dir, fill, names, (n * T, d), dtype, needed, snapshot_s, resume_inputs or [],
+                        {**meta, "batch_size": batch_size, "windows": windows})  # fmt: skip
     log.info("dumped %d windows x %d tokens at %d names (%s) to %s", n, T, len(names), dtype, out_dir)
     return ActivationStore(Path(out_dir))
+
+
+def _resumable_dump(out_dir, fill, names, shape, dtype, needed, snapshot_s, inputs, settings) -> None:
+    """dump_activations' resumable path: the store grows in .partial/<name>/, and <name>.progress.json holds the
+    key and the windows done (written after the memmaps are flushed); at the end the store moves into place."""
+    import time
+
+    from .resume import item_done, job_key, mark_done, remove_work, work_dir
+
+    out_dir = Path(out_dir)
+    work = work_dir(out_dir)
+    tmp, marker = work / out_dir.name, work / f"{out_dir.name}.progress.json"
+    key = job_key("activations", inputs, settings)
+    start = 0
+    if item_done(marker, key) and all((tmp / f"{nm}.npy").exists() for nm in names):
+        start = int(json.loads(marker.read_text())["windows_done"])
+        held = {nm: np.load(tmp / f"{nm}.npy", mmap_mode="r+") for nm in names}
+        log.info("activations: resuming after %d windows from %s", start, tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+        marker.unlink(missing_ok=True)
+        tmp.mkdir(parents=True)
+        held = {}
+    last = [time.monotonic()]
+
+    def saved(done: int) -> None:  # the windows before `done` are written
+        if time.monotonic() - last[0] < snapshot_s:
+            return
+        for mm in held.values():
+            mm.flush()  # msync: on disk before the record that says so
+        mark_done(marker, key, windows_done=done)
+        last[0] = time.monotonic()
+        log.info("activations: snapshot after %d windows", done)
+
+    try:
+        with _disk_full_is_clear(out_dir, needed):
+            if not held:
+                check_free_space(tmp, needed, out_dir)
+                held.update({nm: _reserved_memmap(tmp / f"{nm}.npy", shape, STORE_DTYPES[dtype]) for nm in names})
+            fill(tmp, held, start, saved)
+    except LayergeomError:  # a bad input (or a full disk): nothing is left behind, nothing to resume
+        held.clear()
+        shutil.rmtree(tmp, ignore_errors=True)
+        marker.unlink(missing_ok=True)
+        remove_work(work, [])
+        raise
+    held.clear()  # the memmaps closed before the folder moves
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    marker.unlink(missing_ok=True)
+    remove_work(work, [])
 
 
 #: largest squared norm of an activation row that float32 holds: beyond it norms, Gram matrices and kNN

@@ -44,3 +44,10 @@ def job(snakemake, seed: int | None = None, threads: int | None = None):
         sys.stderr = old
         if stream:
             stream.close()
+
+
+def snapshot_seconds(snakemake) -> float:
+    """The config's ``snapshot_minutes`` in seconds: how often long jobs save their state (``layergeom.resume``).
+
+    Read from the config, not a rule parameter: it changes no result, so changing it must rerun nothing."""
+    return 60.0 * float(snakemake.config.get("snapshot_minutes", 10))

@@ -35,19 +35,30 @@ def convergence_rows(
     tol: float,
     ci_level: float = 0.95,
     product_blocks: int | None = 4,
+    snapshots=None,
 ) -> pd.DataFrame:
     """One row per (metric, subset size): metric, n_samples, value, ci_low, ci_high, n_groups, boundaries.
 
     The per-boundary metrics use the delete-one-group jackknife over the S groups; the full-depth products,
     whose K tangents cost two d×d products per boundary each, over `product_blocks` blocks of them (as the
     Schur surgery; None: every group).
+
+    ``snapshots`` (``layergeom.resume.Snapshots``, optional) resumes after its last snapshot and saves the
+    state as it goes; a step is one boundary of one subset size.
     """
     names = list(files.names)
     n_edge = max(1, min(int(n_edge), len(names)))
     early, late = names[:n_edge], names[-n_edge:]
     middle = names[len(names) // 2]
     rows = []
-    for S in sizes:
+    nb = len(names)
+    restored = snapshots.load() if snapshots is not None else None
+    done = 0 if restored is None else restored["done"]
+    if restored is not None:
+        rows = restored["state"]["rows"]
+    for si, S in enumerate(sizes):
+        if (si + 1) * nb <= done:  # this size's rows are in the snapshot
+            continue
         subset = np.arange(S)
         sub_counts = np.asarray(counts)[subset]
         reps = intervals.replicates(sub_counts)
@@ -55,8 +66,13 @@ def convergence_rows(
         w = sub_counts / sub_counts.sum()
         per = {}  # boundary -> (metrics, replicate metrics)
         chains = {v: intervals.ProductChain(0.0) for v in VARIANTS}
+        if restored is not None and done > si * nb:  # part of this size is in the snapshot
+            per = restored["state"]["per"]
+            chains = {v: intervals.ProductChain.from_state(c) for v, c in restored["state"]["chains"].items()}
         last = {}
         for i, name in enumerate(names):
+            if si * nb + i < done:
+                continue
             g = files.groups(name)[subset]
             J = np.tensordot(w, np.asarray(g, dtype=np.float64), axes=1)  # (d, d) J̄ of the subset
             D = intervals.deviations(J, g, sub_counts, reps)
@@ -72,6 +88,11 @@ def convergence_rows(
                     last[v] = chain.step(step_operator(J, v), Dp)
                 else:
                     chain.advance(step_operator(J, v), Dp)
+            if snapshots is not None and not final:
+                state = {"rows": rows, "per": per, "chains": chains}  # the chains' arrays only when due
+                snapshots.save(
+                    si * nb + i + 1, lambda s=state: {**s, "chains": {v: c.state() for v, c in s["chains"].items()}}
+                )
         n = int(sub_counts.sum())
 
         def add(metric, value, reps_values, scale, boundaries, weights=reps.weights, n=n, S=S):
@@ -88,5 +109,7 @@ def convergence_rows(
         for v in VARIANTS:
             erank, _, reps_values = last[v]
             add(f"cumulative_erank_{v}", erank, reps_values, "log", f"{names[0]}..{names[-1]}", preps.weights)
+        if snapshots is not None:
+            snapshots.save((si + 1) * nb, lambda: {"rows": rows})
     cols = ["metric", "n_samples", "value", "ci_low", "ci_high", "n_groups", "boundaries"]
     return pd.DataFrame(rows, columns=cols)

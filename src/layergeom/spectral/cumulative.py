@@ -64,12 +64,15 @@ def cumulative_rows(
     *,
     weights: np.ndarray | None = None,
     ci_level: float = 0.95,
+    snapshots=None,
 ) -> pd.DataFrame:
     """cumulative.tsv from boundaries streamed in depth order: (name, J̄_b, Δ_b) with Δ_b (K, d, d) the
     replicates' deviations of J̄_b (None: no intervals); every variant composed in one pass.
 
     Each replicate is the same delete-one-group draw at every boundary, so its product is a consistent
     replicate of C_n; erank_ci_low/high are jackknife intervals (``intervals``) on the log scale.
+    ``snapshots`` (``layergeom.resume.Snapshots``, optional) resumes after its last snapshot (the steps it
+    covers are skipped unread: they may be (name, None, None)) and saves the products as it goes.
     """
     from .intervals import ProductChain, jackknife_interval
 
@@ -78,7 +81,13 @@ def cumulative_rows(
         step_operator(np.zeros((1, 1)), v)  # validates the name
     chains = {v: None for v in variants}
     rows = []
+    last = snapshots.load() if snapshots is not None else None
+    if last is not None:
+        rows = last["state"]["rows"]
+        chains = {v: None if s is None else ProductChain.from_state(s) for v, s in last["state"]["chains"].items()}
     for depth, (name, J, D) in enumerate(steps, start=1):
+        if last is not None and depth <= last["done"]:
+            continue
         J = np.asarray(J, dtype=np.float64)
         for v in variants:
             if chains[v] is None:
@@ -89,6 +98,8 @@ def cumulative_rows(
                 row["erank_ci_low"], row["erank_ci_high"] = jackknife_interval(erank, reps, weights, ci_level, "log")
             row["log_norm"] = log_norm
             rows.append(row)
+        if snapshots is not None:
+            snapshots.save(depth, lambda: {"rows": rows, "chains": {v: c and c.state() for v, c in chains.items()}})
     table = pd.DataFrame(rows)
     order = {v: i for i, v in enumerate(variants)}
     return table.sort_values(["variant", "depth"], key=lambda c: c.map(order) if c.name == "variant" else c,

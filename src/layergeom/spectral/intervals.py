@@ -387,6 +387,16 @@ class ProductChain:
         self.log_norm += float(np.log(nrm))
         return True
 
+    def state(self) -> dict:
+        """What a snapshot keeps (``layergeom.resume``): C, the tangents, log‖C‖ and the floor, exactly."""
+        return {"floor": self.floor, "C": self.C, "T": self.T, "log_norm": self.log_norm}
+
+    @classmethod
+    def from_state(cls, state: dict) -> ProductChain:
+        chain = cls(state["floor"])
+        chain.C, chain.T, chain.log_norm = state["C"], state["T"], state["log_norm"]
+        return chain
+
     def step(self, M: np.ndarray, D: np.ndarray | None = None) -> tuple[float, float, np.ndarray]:
         """``advance``, then erank(C_n), log‖C_n‖_F and the replicate values of erank(C_n)."""
         if not self.advance(M, D):

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import save_npy, write_tsv
+from ..resume import PARTIAL, Snapshots, file_id, job_key, work_dir
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
 from .cumulative import VARIANTS, cumulative_rows
@@ -71,6 +72,13 @@ class BoundaryFiles(Mapping):
     def __len__(self) -> int:
         return len(self.names)
 
+    def paths(self) -> list:
+        """Every file read, in depth order (the inputs of a job's resume key)."""
+        out = []
+        for name in self.names:
+            out += [p[name] for p in (self._npy, self._groups, self._meta) if name in p]
+        return out
+
     def meta(self, name: str) -> dict:
         if name not in self._meta:
             raise LayergeomError(f"{name}: no {name}.json next to {self._npy[name]}; rerun the Jacobian job")
@@ -108,20 +116,14 @@ class BoundaryFiles(Mapping):
 # ---- rule spectra_jacobians_<model> ----------------------------------------------------------------
 #: bump when the files of a boundary change meaning, so that no partial result of older code is reused
 RESUME_FORMAT = 1
-PARTIAL = ".partial"
 SUFFIXES = ("npy", "groups", "tsv", "json")  # the json (with the resume key) is written last
-
-
-def _file_id(path) -> dict:
-    st = Path(path).stat()
-    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def weights_id(weights, model) -> dict | str:
     """The weights file's identity (path, size, mtime), or the tensors' hash for a model not read from a file."""
     from ..models import weights_sha256
 
-    return weights_sha256(model.state_dict()) if weights is None else _file_id(weights)
+    return weights_sha256(model.state_dict()) if weights is None else file_id(weights)
 
 
 def resume_key(store, name: str, settings: JacobianSettings, seed: int, weights: dict | str) -> str:
@@ -132,8 +134,8 @@ def resume_key(store, name: str, settings: JacobianSettings, seed: int, weights:
         "boundary": name,
         "weights": weights,
         "store": (store.path / "store.json").read_text(),
-        "index": _file_id(store.path / "index.npy"),
-        "states": _file_id(store.path / f"{name}.npy"),
+        "index": file_id(store.path / "index.npy"),
+        "states": file_id(store.path / f"{name}.npy"),
         "settings": asdict(settings),
         "seed": seed,
     }
@@ -284,6 +286,14 @@ def _replicates(counts: np.ndarray, blocks: int | None, what: str):
     return intervals.replicates(counts, blocks)
 
 
+def snapshots_for(files: BoundaryFiles, out, what: str, settings: dict, every_s: float | None) -> Snapshots | None:
+    """The snapshots of a table job (``layergeom.resume``), keyed by its Jacobian files and settings; None
+    when ``every_s`` is None (no snapshots: the job starts from zero if it is killed)."""
+    if every_s is None:
+        return None
+    return Snapshots(work_dir(out), what, job_key(what, files.paths(), settings), every_s)
+
+
 def write_spectra(
     files: BoundaryFiles,
     out_tsv,
@@ -295,15 +305,26 @@ def write_spectra(
     ci_level: float = 0.95,
     ci_method: str = "linear",
     ci_blocks: int | None = None,
+    snapshot_s: float | None = None,
 ) -> pd.DataFrame:
-    """spectra.tsv (with jackknife intervals over the sample groups) and the eigenvalues, boundary by boundary."""
+    """spectra.tsv (with jackknife intervals over the sample groups) and the eigenvalues, boundary by boundary.
+
+    ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``).
+    """
     counts = files.counts()
     reps = _replicates(counts, ci_blocks, "spectra.tsv")
     if reps is not None:
         log.info("intervals: %s jackknife over %d replicates of %d groups (%s samples), level %g",
                  ci_method, reps.K, len(counts), int(counts.sum()), ci_level)  # fmt: skip
-    rows, eig = [], []
-    for name in progress(files.names, desc="spectra", unit="boundary"):
+    settings = {"sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol, "ci_level": ci_level, "ci_method": ci_method,
+                "ci_blocks": ci_blocks, "eigenvalues": out_eigenvalues is not None}  # fmt: skip
+    snap = snapshots_for(files, out_tsv, "spectra", settings, snapshot_s)
+    last = snap.load() if snap is not None else None
+    rows, eig = (last["state"]["rows"], last["state"]["eig"]) if last else ([], [])
+    done = last["done"] if last else 0
+    for i, name in enumerate(progress(files.names, desc="spectra", unit="boundary")):
+        if i < done:  # in the snapshot
+            continue
         J = files[name]
         tol = rank_tolerance(J.shape[0], dtype, rank_tol)
         D = None if reps is None else files.deviations(name, J, counts, reps)
@@ -317,10 +338,14 @@ def write_spectra(
         eig.append(eigenvalue_frame(name, dec, tol))
         log.info("%s: rank %d of %d, %d non-zero modes, cond %.4g [%.4g, %.4g]", name, row["numerical_rank"],
                  J.shape[0], row["n_modes"], row["cond"], row["cond_ci_low"], row["cond_ci_high"])  # fmt: skip
+        if snap is not None:
+            snap.save(i + 1, lambda: {"rows": rows, "eig": eig})
     table = order_columns(pd.DataFrame(rows))
     write_tsv(table, out_tsv)
     if out_eigenvalues is not None:
         write_tsv(pd.concat(eig, ignore_index=True), out_eigenvalues)
+    if snap is not None:
+        snap.clear()
     return table
 
 
@@ -331,21 +356,35 @@ def write_cumulative(
     *,
     ci_level: float = 0.95,
     ci_blocks: int | None = None,
+    snapshot_s: float | None = None,
 ) -> pd.DataFrame:
-    """cumulative.tsv: both variants composed in one pass over the boundaries, with jackknife intervals."""
+    """cumulative.tsv: both variants composed in one pass over the boundaries, with jackknife intervals.
+
+    ``snapshot_s``: save the products every that many seconds, and resume from them (``resume``).
+    """
     counts = files.counts()
     reps = _replicates(counts, ci_blocks, "cumulative.tsv")
+    variants = list(variants)
+    settings = {"variants": variants, "ci_level": ci_level, "ci_blocks": ci_blocks}
+    snap = snapshots_for(files, out_tsv, "cumulative", settings, snapshot_s)
+    skip = snap.done if snap is not None else 0
 
     def steps():
-        for name in progress(files.names, desc="cumulative", unit="boundary"):
+        for i, name in enumerate(progress(files.names, desc="cumulative", unit="boundary")):
+            if i < skip:  # in the snapshot: not read
+                yield name, None, None
+                continue
             J = files[name]
             yield name, J, None if reps is None else files.deviations(name, J, counts, reps)
 
-    table = cumulative_rows(steps(), variants, weights=None if reps is None else reps.weights, ci_level=ci_level)
+    table = cumulative_rows(steps(), variants, weights=None if reps is None else reps.weights, ci_level=ci_level,
+                            snapshots=snap)  # fmt: skip
     if reps is None:
         table.insert(4, "erank_ci_low", np.nan)
         table.insert(5, "erank_ci_high", np.nan)
     write_tsv(table, out_tsv)
+    if snap is not None:
+        snap.clear()
     return table
 
 
@@ -374,11 +413,13 @@ def write_schur(
     ci_level: float = 0.95,
     ci_blocks: int | None = 4,
     ci_controls: Iterable[str] = ("none",),
+    snapshot_s: float | None = None,
     **kwargs,
 ) -> pd.DataFrame:
     """schur.tsv (both cumulative variants) with jackknife intervals over `ci_blocks` blocks of sample groups.
 
-    ``ci_blocks`` 0 writes no intervals.
+    ``ci_blocks`` 0 writes no intervals. ``snapshot_s``: save the products every that many seconds, and resume
+    from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, variants, sr_k, boundary_metrics).
     """
     d = files[files.names[0]].shape[0]
     tol = rank_tolerance(d, dtype, rank_tol)
@@ -389,9 +430,16 @@ def write_schur(
         devs, weights = _Deviations(files, counts, reps), reps.weights
         log.info("Schur intervals: linearised jackknife over %d blocks of %d groups, controls %s",
                  reps.K, len(counts), ", ".join(ci_controls))  # fmt: skip
+    ci_controls = list(ci_controls)
+    settings = {"dtype": dtype, "rank_tol": rank_tol, "ci_level": ci_level, "ci_blocks": ci_blocks,
+                "ci_controls": ci_controls, **{k: list(v) if isinstance(v, (tuple, set)) else v
+                                               for k, v in kwargs.items()}}  # fmt: skip
+    snap = snapshots_for(files, out_tsv, "schur", settings, snapshot_s)
     table = schur_surgery(files, tol=tol, deviations=devs, weights=weights, ci_level=ci_level,
-                          ci_controls=ci_controls, **kwargs)  # fmt: skip
+                          ci_controls=ci_controls, snapshots=snap, **kwargs)  # fmt: skip
     write_tsv(table, out_tsv)
+    if snap is not None:
+        snap.clear()
     return table
 
 
@@ -417,8 +465,12 @@ def write_convergence(
     dtype: str = "float32",
     rank_tol: float | None = None,
     ci_level: float = 0.95,
+    snapshot_s: float | None = None,
 ) -> pd.DataFrame:
-    """convergence.tsv: the headline Paper B metrics on the first S groups (nested subsets of the samples)."""
+    """convergence.tsv: the headline Paper B metrics on the first S groups (nested subsets of the samples).
+
+    ``snapshot_s``: save the state every that many seconds, and resume from it (``resume``).
+    """
     from .convergence import convergence_rows
 
     counts = files.counts()
@@ -427,8 +479,12 @@ def write_convergence(
     if not S:
         log.warning("convergence.tsv: fewer than 2 sample groups, no subsets to compare")
     d = files[files.names[0]].shape[0]
-    table = convergence_rows(
-        files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol), ci_level=ci_level
-    )
+    settings = {"sizes": S, "n_edge": n_edge, "sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol,
+                "ci_level": ci_level}  # fmt: skip
+    snap = snapshots_for(files, out_tsv, "convergence", settings, snapshot_s)
+    table = convergence_rows(files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol),
+                             ci_level=ci_level, snapshots=snap)  # fmt: skip
     write_tsv(table, out_tsv)
+    if snap is not None:
+        snap.clear()
     return table

@@ -241,6 +241,7 @@ def schur_surgery(
     weights: np.ndarray | None = None,
     ci_level: float = 0.95,
     ci_controls: Iterable[str] = CONTROLS,
+    snapshots=None,
 ) -> pd.DataFrame:
     """schur.tsv: one row per (variant, alpha, control, depth) with erank of the cumulative J(α) product.
 
@@ -251,6 +252,9 @@ def schur_surgery(
     metric of J_b(α), prefixed ``b_`` — for the matrix's own N (boundary_metrics ``own``), for the random
     control too (``all``) or never (``none``; nan). α = 0 is the same operator for both controls (computed
     once); α = 1 with the own N is J̄_b itself (composed in real arithmetic, like cumulative.tsv).
+    ``snapshots`` (``layergeom.resume.Snapshots``, optional) resumes after its last snapshot (the boundaries
+    it covers are not read) and saves the products as it goes; each boundary's control N' is seeded by its
+    depth, so a resumed run draws the same.
     """
     from .intervals import ProductChain, jackknife_interval
 
@@ -263,7 +267,13 @@ def schur_surgery(
     runs = [(a, c) for c in CONTROLS for a in alphas if not (a == 0 and c == "random")]
     chains = {(v, a, c): None for v in variants for a, c in runs}
     rows = []
+    last = snapshots.load() if snapshots is not None else None
+    if last is not None:
+        rows = last["state"]["rows"]
+        chains = {k: None if c is None else ProductChain.from_state(c) for k, c in last["state"]["chains"].items()}
     for bi, name in enumerate(names):
+        if last is not None and bi < last["done"]:
+            continue
         J = np.asarray(jacobians[name], dtype=np.float64)
         d = J.shape[0]
         tau = rank_tolerance(d) if tol is None else tol
@@ -308,6 +318,8 @@ def schur_surgery(
                 if bm is not None:
                     row |= bm
                 rows.append(row)
+        if snapshots is not None:
+            snapshots.save(bi + 1, lambda: {"rows": rows, "chains": {k: c and c.state() for k, c in chains.items()}})
     table = pd.DataFrame(rows)
     zero = table[(table["alpha"] == 0) & (table["control"] == "none")]
     table = pd.concat([table, zero.assign(control="random")], ignore_index=True)  # α = 0: one operator

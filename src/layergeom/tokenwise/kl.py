@@ -74,6 +74,7 @@ def patched_kl(
     positions: np.ndarray,
     patches: dict[int, np.ndarray],
     max_rows: int = 256,
+    snapshots=None,
 ) -> dict[int, np.ndarray]:
     """KL at every anchor for every patched state, reusing one clean pass per window.
 
@@ -81,7 +82,9 @@ def patched_kl(
     layer l to states (n_variants, m, d) that replace the input of block l+1 at the anchors (one variant
     per map class). Returns layer -> KL (n_variants, m) float64. Consecutive windows are resumed together
     (``adapter.stack_runs``): one ``adapter.resume`` call per (chunk of windows, layer) covers all their
-    anchors and variants, at most ``max_rows`` rows unless a single window has more.
+    anchors and variants, at most ``max_rows`` rows unless a single window has more. ``snapshots``
+    (``layergeom.resume.Snapshots``, optional) resumes after its last snapshot (the KL of the chunks of
+    windows done) and saves as it goes; each chunk's KL depends on that chunk only.
     """
     device = adapter.device
     out = {l: np.full(p.shape[:2], np.nan) for l, p in patches.items()}
@@ -90,8 +93,15 @@ def patched_kl(
         raise ValueError("every layer needs the same number of patched variants")
     n_var = n_var.pop() if n_var else 1
     groups = _by_window(np.asarray(windows))
-    bar = progress(total=len(groups), desc="patched KL", unit="window")
-    for chunk in _chunks(groups, n_var, max_rows):
+    chunks = _chunks(groups, n_var, max_rows)
+    last = snapshots.load() if snapshots is not None else None
+    done = 0 if last is None else last["done"]
+    if last is not None:
+        out = last["state"]
+    bar = progress(total=len(groups), desc="patched KL", unit="window", initial=sum(len(c) for c in chunks[:done]))
+    for ci, chunk in enumerate(chunks):
+        if ci < done:
+            continue
         runs, cleans, pos, win = [], [], [], []
         for i, (w, idx) in enumerate(chunk):
             p = torch.as_tensor(np.asarray(positions)[idx], dtype=torch.long, device=device)  # (mw,)
@@ -112,6 +122,8 @@ def patched_kl(
             kl = kl_against(clean, p, logits.view(len(idx), n_var, -1))  # (mc, n_var)
             out[l][:, idx] = kl.T.cpu().numpy()
         bar.update(len(chunk))
+        if snapshots is not None:
+            snapshots.save(ci + 1, lambda: out)
     bar.close()
     return out
 

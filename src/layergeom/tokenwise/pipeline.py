@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from ..io import read_tsv, write_tsv
+from ..resume import Snapshots, job_key, work_dir
 from ..runtime import LayergeomError, atomic_path
 from ..store import ActivationStore
 
@@ -160,9 +161,19 @@ def run_fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str,
 
 # ---- rule tokenwise_kl ------------------------------------------------------------------------------
 def kl_checkpoint(
-    model_dir, activations, patch_files: list, *, device: str = "cpu", slow: bool = False, batch_rows: int = 256
+    model_dir,
+    activations,
+    patch_files: list,
+    *,
+    device: str = "cpu",
+    slow: bool = False,
+    batch_rows: int = 256,
+    snapshots=None,
 ):
-    """KL of every patched state of every layer; one clean pass per window. Returns a DataFrame."""
+    """KL of every patched state of every layer; one clean pass per window. Returns a DataFrame.
+
+    ``snapshots`` (``layergeom.resume.Snapshots``): resume the batched KL from its last snapshot, and save.
+    """
     import pandas as pd
     import torch
 
@@ -199,7 +210,9 @@ def kl_checkpoint(
     if slow:
         kls = patched_kl_slow(adapter, store.token_ids(), windows, positions, patches)
     else:
-        kls = patched_kl(adapter, store.token_ids(), windows, positions, patches, max_rows=batch_rows)
+        kls = patched_kl(
+            adapter, store.token_ids(), windows, positions, patches, max_rows=batch_rows, snapshots=snapshots
+        )
     log.info("KL for %d layers x %d anchors in %.1f s", len(patches), len(rows), time.perf_counter() - t0)
     frames = []
     for l, kl in kls.items():
@@ -210,8 +223,20 @@ def kl_checkpoint(
     return pd.concat(frames, ignore_index=True)
 
 
-def run_kl_checkpoint(model_dir, activations, patch_files, *, device: str, out, batch_rows: int = 256) -> None:
-    write_tsv(kl_checkpoint(model_dir, activations, patch_files, device=device, batch_rows=batch_rows), out)
+def run_kl_checkpoint(
+    model_dir, activations, patch_files, *, device: str, out, batch_rows: int = 256, snapshot_s: float | None = None
+) -> None:
+    """Rule entry point: :func:`kl_checkpoint` into ``out``; with ``snapshot_s``, resumable after a kill (the KL
+    done so far saved every that many seconds in ``.partial/`` next to ``out``, keyed by inputs and settings)."""
+    snap = None
+    if snapshot_s is not None:
+        settings = {"device": str(device), "batch_rows": int(batch_rows)}
+        key = job_key("tokenwise_kl", [model_dir, activations, *patch_files], settings)
+        snap = Snapshots(work_dir(out), "tokenwise_kl", key, snapshot_s)
+    table = kl_checkpoint(model_dir, activations, patch_files, device=device, batch_rows=batch_rows, snapshots=snap)
+    write_tsv(table, out)
+    if snap is not None:
+        snap.clear()
 
 
 # ---- rule tokenwise_summary ---------------------------------------------------------------------------

@@ -9,15 +9,21 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import numpy as np
 
 from ..io import read_tsv, write_tsv
+from ..resume import item_done, job_key, mark_done, remove_work, work_dir
 from ..runtime import LayergeomError, progress
 from ..store import ActivationStore
 from .communities import BoundaryTopology, boundary_topology
 from .coupling import coupling_table, operator_summary, sweep_table
+
+log = logging.getLogger("layergeom")
 
 
 class LazyArrays(Mapping):
@@ -50,13 +56,45 @@ def write_topology(topo: BoundaryTopology, nodes_path, edges_path, sweep_path) -
     write_tsv(topo.sweep, sweep_path)
 
 
-def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps) -> None:
-    """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each."""
+def run_topologies(
+    store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps, *, resumable: bool = True
+) -> None:
+    """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each.
+
+    Resumable after a kill (``layergeom.resume``): each boundary's three files go into ``.partial/`` next to
+    them as it finishes, then a marker with the key of its states, the settings and the seed; a restarted job
+    skips the boundaries whose marker matches. When all are done the files move into place.
+    """
     if not len(boundaries) == len(nodes) == len(edges) == len(sweeps):
         raise LayergeomError("one nodes, edges and sweep path per boundary")
     store = ActivationStore(store_dir)  # opened once for all boundaries
-    for b, n, e, s in progress(list(zip(boundaries, nodes, edges, sweeps)), desc="graphs", unit="boundary"):
-        write_topology(store_topology(store, b, cfg, seed), n, e, s)
+    jobs = list(zip(boundaries, nodes, edges, sweeps))
+    if not resumable:
+        for b, n, e, s in progress(jobs, desc="graphs", unit="boundary"):
+            write_topology(store_topology(store, b, cfg, seed), n, e, s)
+        return
+    reused = 0
+    for b, *paths in progress(jobs, desc="graphs", unit="boundary"):
+        if b not in store.boundaries:
+            raise LayergeomError(f"boundary {b} is not in the activation store {store.path} ({store.boundaries})")
+        work = work_dir(paths[0])
+        key = job_key("topology_graph", [store.path / f for f in ("store.json", "index.npy", f"{b}.npy")],
+                      {"boundary": b, "topology": cfg, "seed": seed})  # fmt: skip
+        marker = work / f"{b}.done.json"
+        if item_done(marker, key) and all((work / Path(p).name).exists() for p in paths):
+            reused += 1
+            continue
+        write_topology(store_topology(store, b, cfg, seed), *(work / Path(p).name for p in paths))
+        mark_done(marker, key)
+    if reused:
+        log.info("graphs: resumed, %d boundaries reused, %d computed", reused, len(jobs) - reused)
+    for b, *paths in jobs:  # all finished: move into place
+        work = work_dir(paths[0])
+        for p in paths:
+            os.replace(work / Path(p).name, p)
+        (work / f"{b}.done.json").unlink()
+    for work in {work_dir(n) for n in nodes}:  # this job's alone (one graph job per checkpoint)
+        remove_work(work)
 
 
 def checkpoint_coupling(boundaries, graph_paths, sweep_paths, jacobian_paths, spectra_path, cfg: dict, seed: int):
