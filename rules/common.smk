@@ -25,7 +25,7 @@ from layergeom.names import (
     boundary_regex,
     kept_boundaries,
 )
-from layergeom.resources import checkpoint_elements, materialize_mem_mb
+from layergeom.resources import materialize_request_mb
 from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
 
 prepend_pythonpath(_SRC)
@@ -365,8 +365,8 @@ def by_attempt(base):
 
 def materialize_memory(wildcards, input, attempt):
     """materialize's host memory (MB) for this try: the weights it reads, counted from their safetensors
-    headers, in the model's dtype x 1.3 + 2.5 GB (layergeom.resources, measured); 4 GB with nothing to count.
-    """
+    headers, in the model's dtype x 1.3 + 2.5 GB (layergeom.resources, measured; pytorch_model*.bin files
+    count their bytes on top); 4 GB with nothing to count."""
     folders = [getattr(input, "hub", None)]
     if getattr(
         input, "reference", None
@@ -377,8 +377,9 @@ def materialize_memory(wildcards, input, attempt):
         for p in getattr(input, "source_files", [])
         if str(p).endswith(".safetensors")
     }
-    n = checkpoint_elements([f for f in folders if f])
-    return materialize_mem_mb(n, model_cfg(wildcards.model)["dtype"]) * attempt
+    return (
+        materialize_request_mb(folders, model_cfg(wildcards.model)["dtype"]) * attempt
+    )
 
 
 def torch_env():

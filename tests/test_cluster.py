@@ -491,6 +491,18 @@ def test_safetensors_elements_are_counted_from_the_header(tmp_path):
     assert checkpoint_elements([tmp_path, tmp_path / "missing"]) == 10**9 + sum(a.size for a in arrays.values())
 
 
+def test_pickle_weights_count_their_bytes_on_top(tmp_path):
+    """A .bin-only hub revision (old Pythia steps) is read whole before the conversion: its bytes, plus at most
+    bytes / 2 parameters in the target dtype."""
+    from layergeom.resources import materialize_mem_mb, materialize_request_mb
+
+    with open(tmp_path / "pytorch_model.bin", "wb") as f:
+        f.truncate(2 * 10**9)  # sparse: 10^9 float16 parameters
+    assert materialize_request_mb([tmp_path, None], "float32") == materialize_mem_mb(10**9, "float32", 2000)
+    assert materialize_request_mb([tmp_path], "float32") == int(1.3 * 4e9 / 1e6 + 2500 + 2000)
+    assert materialize_request_mb([tmp_path / "nothing"], "float32") == materialize_mem_mb(0)
+
+
 def test_materialize_memory_covers_the_measured_peaks():
     """The request (1.3x the weights in the target dtype + 2.5 GB; 4 GB for GGUF sources, whose files have no
     safetensors header) is at least the peak resident set measured by bench/materialize_memory.py."""

@@ -60,6 +60,10 @@ def test_pack_round_trips_every_kind_of_state_exactly():
     assert back["last"]["update"][:2] == (1.5, 2.0) and np.array_equal(back["last"]["update"][2], np.arange(3.0))
     with pytest.raises(TypeError, match="cannot snapshot"):
         resume.pack({"x": object()})
+    scalars = resume.unpack(*resume.pack([np.float32(0.1), np.int32(-3), np.float16(2.5)]))
+    assert [type(v) for v in scalars] == [np.float32, np.int32, np.float16] and scalars[0] == np.float32(0.1)
+    with pytest.raises(TypeError, match="strings"):  # None would come back as the text "None"
+        resume.pack({"f": pd.DataFrame({"b": ["L0.attn", None]})})
 
 
 def test_snapshots_are_keyed_and_timed(tmp_path, monkeypatch):
@@ -72,9 +76,20 @@ def test_snapshots_are_keyed_and_timed(tmp_path, monkeypatch):
     assert again.load() is None  # handed over once
     other = resume.Snapshots(tmp_path / ".partial", "job", "k2")  # other inputs or settings
     assert other.done == 0 and not snap.path.exists()
-    snap.save(2, lambda: {}, force=True)
-    snap.path.write_bytes(b"not a zip")  # a snapshot torn by something outside our control
-    assert resume.Snapshots(tmp_path / ".partial", "job", "k1").done == 0 and not snap.path.exists()
+    for torn in (b"not a zip", b"", None):  # snapshots torn by something outside our control
+        snap.save(2, lambda: {"x": np.arange(1000)}, force=True)
+        data = snap.path.read_bytes()
+        snap.path.write_bytes(data[: len(data) // 2] if torn is None else torn)
+        assert resume.Snapshots(tmp_path / ".partial", "job", "k1").done == 0 and not snap.path.exists()
+    snap.save(2, lambda: {"x": 1}, force=True)
+
+    def full_disk(*a, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    assert not snap.save(3, lambda: {"x": 2}, force=True)  # logged, skipped: the job goes on
+    monkeypatch.undo()
+    assert resume.Snapshots(tmp_path / ".partial", "job", "k1").done == 2  # the previous one stays
     snap.save(3, lambda: {}, force=True)
     (tmp_path / ".partial" / ".job.snapshot.npz.k1ll3d_x").mkdir()  # a save killed half-way, in an earlier try
     snap.clear()
@@ -200,7 +215,7 @@ def test_a_killed_job_resumes_from_its_last_snapshot(tmp_path, monkeypatch, job)
     (folder / "names.json").write_text(json.dumps(files.names))
     whole = tmp_path / "whole" / f"{job}.tsv"
     JOBS[job](folder, whole)  # uninterrupted, no snapshots
-    k = STEPS[job] // 2 + 1
+    k = 10 if job == "convergence" else STEPS[job] // 2 + 1  # convergence: resumed inside a subset size (9 = 6 + 3)
     out = tmp_path / "run" / f"{job}.tsv"
     script = SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, job=job, folder=str(folder),
                            out=str(out))  # fmt: skip
@@ -347,6 +362,16 @@ def test_killed_activation_dump_resumes(tmp_path):
     assert not work.exists()
 
 
+def test_resumable_dump_needs_the_identity_of_its_inputs(tmp_path):
+    from conftest import tiny_model
+
+    from layergeom.adapters import get_adapter
+    from layergeom.store import dump_activations
+
+    with pytest.raises(ValueError, match="resume_inputs"):
+        dump_activations(get_adapter(tiny_model("llama")), np.zeros((2, 4), int), tmp_path / "a", snapshot_s=0)
+
+
 def test_resumable_dump_of_bad_activations_leaves_nothing(tmp_path):
     import torch
     from conftest import tiny_model
@@ -368,6 +393,9 @@ def test_resumable_dump_of_bad_activations_leaves_nothing(tmp_path):
     capture.calls = 0
     adapter.capture = capture
     windows = np.random.default_rng(4).integers(0, 512, (9, 8))
+    np.save(tmp_path / "windows.npy", windows)
+    (tmp_path / "run").mkdir()
     with pytest.raises(LayergeomError, match="non-finite activations at boundary .*, window 4"):
-        dump_activations(adapter, windows, tmp_path / "activations", batch_size=2, snapshot_s=0)
-    assert not list(tmp_path.iterdir())  # neither the store nor its work folder
+        dump_activations(adapter, windows, tmp_path / "run" / "activations", batch_size=2, snapshot_s=0,
+                         resume_inputs=[tmp_path / "windows.npy"])  # fmt: skip
+    assert not list((tmp_path / "run").iterdir())  # neither the store nor its work folder

@@ -50,9 +50,26 @@ def checkpoint_elements(folders: Iterable) -> int:
     )
 
 
-def materialize_mem_mb(n_params: int, dtype: str = "float32") -> int:
-    """Host memory (MB) for materialising `n_params` weights in `dtype`: 1.3× their size + 2.5 GB, at least 4 GB."""
+def pickle_weight_bytes(folders: Iterable) -> int:
+    """Bytes of the ``pytorch_model*.bin`` weights in the given folders (hub revisions without safetensors)."""
+    return sum(p.stat().st_size for d in folders if Path(d).is_dir() for p in Path(d).glob("pytorch_model*.bin"))
+
+
+def materialize_mem_mb(n_params: int, dtype: str = "float32", extra_mb: float = 0.0) -> int:
+    """Host memory (MB) for materialising `n_params` weights in `dtype`: 1.3× their size + 2.5 GB (+ `extra_mb`),
+    at least 4 GB."""
     if n_params <= 0:
         return MATERIALIZE_MIN_MB
-    mb = MATERIALIZE_FACTOR * n_params * DTYPE_BYTES[dtype] / 1e6 + MATERIALIZE_BASE_MB
+    mb = MATERIALIZE_FACTOR * n_params * DTYPE_BYTES[dtype] / 1e6 + MATERIALIZE_BASE_MB + extra_mb
     return int(max(MATERIALIZE_MIN_MB, -(-mb // 1)))
+
+
+def materialize_request_mb(folders: Iterable, dtype: str = "float32") -> int:
+    """What materialize asks for, from the weight files in `folders`: safetensors counted from their headers
+    (mapped, not copied); ``pytorch_model*.bin`` files (old hub revisions) are read whole by torch.load before
+    the conversion, so their bytes count on top, with at most bytes / 2 parameters (float16 files). Not
+    measured for .bin files: a bound from how they are read."""
+    folders = [d for d in folders if d]
+    n = checkpoint_elements(folders)
+    b = pickle_weight_bytes(folders)
+    return materialize_mem_mb(n + b // 2, dtype, extra_mb=b / 1e6)

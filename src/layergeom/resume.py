@@ -4,8 +4,8 @@ where it stopped when it runs again, and writes exactly what an uninterrupted ru
 Work goes into the folder ``.partial/`` next to the job's outputs. Snakemake never sees it (it deletes the
 declared outputs of a failed job, not this folder), and the job removes it once its outputs are in place.
 Everything kept there carries a **key**: the sha256 of the identities of the job's inputs (path, size and
-modification time of every file) and of its settings. A restart reuses only work of the same key, so a
-changed input, setting or code format starts again from zero.
+modification time of every file), of its settings and of the package's source (:func:`code_id`). A restart
+reuses only work of the same key, so a changed input, setting or code starts again from zero.
 
 Two patterns:
 
@@ -24,6 +24,7 @@ This module imports no torch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -56,11 +57,22 @@ def file_id(path) -> dict | list:
     return {"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+@functools.cache
+def code_id() -> str:
+    """sha256 of the layergeom package's source: work kept by other code is never reused."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
 def job_key(what: str, inputs: Iterable = (), settings: dict | None = None) -> str:
-    """sha256 of a job's kind, the identities of its input files or folders (:func:`file_id`) and its settings
-    (anything JSON can write; numpy scalars and arrays as their values)."""
+    """sha256 of a job's kind, the identities of its input files or folders (:func:`file_id`), its settings
+    (anything JSON can write; numpy scalars and arrays as their values) and the code (:func:`code_id`)."""
     ids = {
         "format": FORMAT,
+        "code": code_id(),
         "what": what,
         "inputs": [file_id(p) for p in inputs],
         "settings": settings or {},
@@ -76,7 +88,7 @@ def _plain(obj):
     if isinstance(obj, Path):
         return str(obj)
     if isinstance(obj, (set, frozenset)):
-        return sorted(obj)
+        return sorted(obj, key=repr)
     raise TypeError(f"cannot key a {type(obj).__name__}")
 
 
@@ -177,7 +189,7 @@ class Snapshots:
                     self.path.unlink(missing_ok=True)
                     return None
                 arrays = {k: z[k] for k in z.files if k != "__meta__"}
-        except (OSError, ValueError, KeyError) as err:
+        except Exception as err:  # noqa: BLE001  (torn zip, empty file, bad JSON: whatever it is, start afresh)
             log.warning("%s: unreadable snapshot %s (%s); starting afresh", self.name, self.path, err)
             self.path.unlink(missing_ok=True)
             return None
@@ -188,16 +200,25 @@ class Snapshots:
         return self.every_s is not None and time.monotonic() - self.last >= self.every_s
 
     def save(self, done: int, state: Callable[[], object], force: bool = False) -> bool:
-        """Save the state after `done` steps if a snapshot is due (or `force`); returns whether it saved."""
+        """Save the state after `done` steps if a snapshot is due (or `force`); returns whether it saved.
+
+        A save that fails for want of disk (or any OSError) is logged and skipped: the job goes on, and the
+        previous snapshot, if any, stays (the next try comes after another interval).
+        """
         if not (force or self.due()):
             return False
         t0 = time.monotonic()
         tree, arrays = pack(state())
         meta = json.dumps({"key": self.key, "done": int(done), "tree": tree, "format": FORMAT})
-        with atomic_path(self.path) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, __meta__=np.array(meta), **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with atomic_path(self.path) as tmp, open(tmp, "wb") as fh:
+                np.savez(fh, __meta__=np.array(meta), **arrays)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:
+            self.last = time.monotonic()
+            log.warning("%s: could not save a snapshot after step %d (%s); going on without it", self.name, done, err)
+            return False
         self.saved += 1
         self.last = time.monotonic()
         log.info("%s: snapshot after step %d (%.1f MB, %.1f s)", self.name, done, self.path.stat().st_size / 1e6,
@@ -214,14 +235,17 @@ class Snapshots:
 
 # ---- state trees <-> (JSON, arrays) -------------------------------------------------------------------------
 def pack(tree) -> tuple[object, dict[str, np.ndarray]]:
-    """A tree of dicts (str keys), lists, tuples, None, bools, ints, floats (nan, inf), complex numbers, strings,
-    numpy scalars and arrays and pandas DataFrames as (a JSON-writable tree, named arrays). Numpy scalars come
-    back as Python numbers of the same value; arrays with their dtype."""
+    """A tree of dicts, lists, tuples, None, bools, ints, floats (nan, inf), complex numbers, strings, numpy
+    scalars and arrays and pandas DataFrames as (a JSON-writable tree, named arrays). Numpy float64, int64,
+    bool and complex128 scalars come back as the Python values they equal, other numpy scalars with their
+    dtype, arrays with their dtype; frames column by column (text columns: strings only, else TypeError)."""
     arrays: dict[str, np.ndarray] = {}
 
     def put(a: np.ndarray) -> dict:
-        if a.dtype == object:
-            a = a.astype(str)  # strings (a frame's text column)
+        if a.dtype == object:  # a frame's text column: strings only (None, nan or numbers would come back as text)
+            if not all(isinstance(v, str) for v in a.ravel()):
+                raise TypeError("cannot snapshot an object array of anything but strings")
+            a = a.astype(str)
         name = f"a{len(arrays)}"
         arrays[name] = a
         return {"__array__": name}
@@ -232,6 +256,8 @@ def pack(tree) -> tuple[object, dict[str, np.ndarray]]:
         if isinstance(x, np.ndarray):
             return put(x)
         if isinstance(x, np.generic):
+            if x.dtype not in (np.float64, np.int64, np.bool_, np.complex128, np.str_):  # exact as Python values
+                return {"__scalar__": [x.dtype.str, go(x.item())]}  # float32 etc.: their own type back
             x = x.item()
         if isinstance(x, complex):
             return {"__complex__": [x.real, x.imag]}
@@ -264,6 +290,9 @@ def unpack(tree, arrays: dict[str, np.ndarray]):
             return arrays[x["__array__"]]
         if "__complex__" in x:
             return complex(*x["__complex__"])
+        if "__scalar__" in x:
+            dtype, value = x["__scalar__"]
+            return np.dtype(dtype).type(go(value))
         if "__dict__" in x:
             return {k: go(v) for k, v in x["__dict__"].items()}
         if "__items__" in x:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .names import FINAL, block_input_names, kept_boundaries, parse_boundary  # noqa: F401  (re-exported)
-from .runtime import LayergeomError, atomic_path, progress
+from .runtime import LayergeomError, atomic_path, progress, remove_stale_temporaries
 
 log = logging.getLogger("layergeom")
 
@@ -241,8 +241,11 @@ def dump_activations(
             fill(tmp, mms, 0)
             del mms
     else:
-        _resumable_dump(out_dir, fill, names, (n * T, d), dtype, needed, snapshot_s, resume_inputs or [],
-                        {**meta, "batch_size": batch_size, "windows": windows})  # fmt: skip
+        if not resume_inputs:
+            raise ValueError("a resumable dump needs resume_inputs: the files its key identifies (weights, windows)")
+        settings = {**meta, "batch_size": batch_size, "windows": windows, "device": str(adapter.device),
+                    "threads": torch.get_num_threads()}  # fmt: skip
+        _resumable_dump(out_dir, fill, names, (n * T, d), dtype, needed, snapshot_s, resume_inputs, settings)
     log.info("dumped %d windows x %d tokens at %d names (%s) to %s", n, T, len(names), dtype, out_dir)
     return ActivationStore(Path(out_dir))
 
@@ -273,10 +276,14 @@ def _resumable_dump(out_dir, fill, names, shape, dtype, needed, snapshot_s, inpu
     def saved(done: int) -> None:  # the windows before `done` are written
         if time.monotonic() - last[0] < snapshot_s:
             return
+        last[0] = time.monotonic()
         for mm in held.values():
             mm.flush()  # msync: on disk before the record that says so
-        mark_done(marker, key, windows_done=done)
-        last[0] = time.monotonic()
+        try:
+            mark_done(marker, key, windows_done=done)
+        except OSError as err:  # no record this time: the dump goes on (a resume starts from the last one)
+            log.warning("activations: could not record the windows done (%s); going on without it", err)
+            return
         log.info("activations: snapshot after %d windows", done)
 
     try:
@@ -296,6 +303,7 @@ def _resumable_dump(out_dir, fill, names, shape, dtype, needed, snapshot_s, inpu
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
     marker.unlink(missing_ok=True)
+    remove_stale_temporaries(marker)  # a record a killed try was writing
     remove_work(work, [])
 
 

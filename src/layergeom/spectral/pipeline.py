@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import save_npy, write_tsv
-from ..resume import PARTIAL, Snapshots, file_id, job_key, work_dir
+from ..resume import PARTIAL, Snapshots, code_id, file_id, job_key, work_dir
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
 from .cumulative import VARIANTS, cumulative_rows
@@ -131,6 +131,7 @@ def resume_key(store, name: str, settings: JacobianSettings, seed: int, weights:
     store (its store.json, index and the boundary's states), the settings and the seed."""
     ids = {
         "format": RESUME_FORMAT,
+        "code": code_id(),
         "boundary": name,
         "weights": weights,
         "store": (store.path / "store.json").read_text(),
@@ -430,9 +431,10 @@ def write_schur(
         devs, weights = _Deviations(files, counts, reps), reps.weights
         log.info("Schur intervals: linearised jackknife over %d blocks of %d groups, controls %s",
                  reps.K, len(counts), ", ".join(ci_controls))  # fmt: skip
-    ci_controls = list(ci_controls)
+    ci_controls = sorted(ci_controls)  # a set for schur_surgery; sorted for the key
     settings = {"dtype": dtype, "rank_tol": rank_tol, "ci_level": ci_level, "ci_blocks": ci_blocks,
-                "ci_controls": ci_controls, **{k: list(v) if isinstance(v, (tuple, set)) else v
+                "ci_controls": ci_controls, **{k: sorted(v) if isinstance(v, (set, frozenset)) else
+                                               list(v) if isinstance(v, tuple) else v
                                                for k, v in kwargs.items()}}  # fmt: skip
     snap = snapshots_for(files, out_tsv, "schur", settings, snapshot_s)
     table = schur_surgery(files, tol=tol, deviations=devs, weights=weights, ci_level=ci_level,

@@ -230,7 +230,9 @@ def run_kl_checkpoint(
     done so far saved every that many seconds in ``.partial/`` next to ``out``, keyed by inputs and settings)."""
     snap = None
     if snapshot_s is not None:
-        settings = {"device": str(device), "batch_rows": int(batch_rows)}
+        import torch
+
+        settings = {"device": str(device), "batch_rows": int(batch_rows), "threads": torch.get_num_threads()}
         key = job_key("tokenwise_kl", [model_dir, activations, *patch_files], settings)
         snap = Snapshots(work_dir(out), "tokenwise_kl", key, snapshot_s)
     table = kl_checkpoint(model_dir, activations, patch_files, device=device, batch_rows=batch_rows, snapshots=snap)

@@ -84,6 +84,7 @@ def run_topologies(
         if item_done(marker, key) and all((work / Path(p).name).exists() for p in paths):
             reused += 1
             continue
+        marker.unlink(missing_ok=True)  # files of another key may be half rewritten below
         write_topology(store_topology(store, b, cfg, seed), *(work / Path(p).name for p in paths))
         mark_done(marker, key)
     if reused:
