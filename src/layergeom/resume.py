@@ -145,6 +145,14 @@ class Snapshots:
     callable is called only when a snapshot is due.
     """
 
+    @classmethod
+    def for_job(cls, out, what: str, inputs: Iterable, settings: dict, every_s: float | None) -> Snapshots | None:
+        """The snapshots of the job writing `out`, keyed by :func:`job_key`; None when ``every_s`` is None (no
+        snapshots: the job starts from zero if it is killed)."""
+        if every_s is None:
+            return None
+        return cls(work_dir(out), what, job_key(what, inputs, settings), every_s)
+
     def __init__(self, work, name: str, key: str, every_s: float | None = 600.0):
         self.work = Path(work)
         self.name = name

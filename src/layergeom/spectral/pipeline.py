@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import save_npy, write_tsv
-from ..resume import PARTIAL, Snapshots, code_id, file_id, job_key, work_dir
+from ..resume import PARTIAL, Snapshots, code_id, file_id, item_done
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
 from .cumulative import VARIANTS, cumulative_rows
@@ -149,12 +149,7 @@ def _partial_paths(work: Path, name: str) -> dict[str, Path]:
 
 def _finished(work: Path, name: str, key: str) -> bool:
     paths = _partial_paths(work, name)
-    if not all(p.exists() for p in paths.values()):
-        return False
-    try:
-        return json.loads(paths["json"].read_text()).get("key") == key
-    except (OSError, ValueError):
-        return False
+    return all(p.exists() for p in paths.values()) and item_done(paths["json"], key)
 
 
 def boundary_jacobians(
@@ -288,11 +283,8 @@ def _replicates(counts: np.ndarray, blocks: int | None, what: str):
 
 
 def snapshots_for(files: BoundaryFiles, out, what: str, settings: dict, every_s: float | None) -> Snapshots | None:
-    """The snapshots of a table job (``layergeom.resume``), keyed by its Jacobian files and settings; None
-    when ``every_s`` is None (no snapshots: the job starts from zero if it is killed)."""
-    if every_s is None:
-        return None
-    return Snapshots(work_dir(out), what, job_key(what, files.paths(), settings), every_s)
+    """The snapshots of a table job (``layergeom.resume``), keyed by its Jacobian files and settings."""
+    return Snapshots.for_job(out, what, files.paths(), settings, every_s)
 
 
 def write_spectra(

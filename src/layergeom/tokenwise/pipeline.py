@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from ..io import read_tsv, write_tsv
-from ..resume import Snapshots, job_key, work_dir
+from ..resume import Snapshots
 from ..runtime import LayergeomError, atomic_path
 from ..store import ActivationStore
 
@@ -228,13 +228,10 @@ def run_kl_checkpoint(
 ) -> None:
     """Rule entry point: :func:`kl_checkpoint` into ``out``; with ``snapshot_s``, resumable after a kill (the KL
     done so far saved every that many seconds in ``.partial/`` next to ``out``, keyed by inputs and settings)."""
-    snap = None
-    if snapshot_s is not None:
-        import torch
+    import torch
 
-        settings = {"device": str(device), "batch_rows": int(batch_rows), "threads": torch.get_num_threads()}
-        key = job_key("tokenwise_kl", [model_dir, activations, *patch_files], settings)
-        snap = Snapshots(work_dir(out), "tokenwise_kl", key, snapshot_s)
+    settings = {"device": str(device), "batch_rows": int(batch_rows), "threads": torch.get_num_threads()}
+    snap = Snapshots.for_job(out, "tokenwise_kl", [model_dir, activations, *patch_files], settings, snapshot_s)
     table = kl_checkpoint(model_dir, activations, patch_files, device=device, batch_rows=batch_rows, snapshots=snap)
     write_tsv(table, out)
     if snap is not None:

@@ -56,9 +56,7 @@ def write_topology(topo: BoundaryTopology, nodes_path, edges_path, sweep_path) -
     write_tsv(topo.sweep, sweep_path)
 
 
-def run_topologies(
-    store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps, *, resumable: bool = True
-) -> None:
+def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps) -> None:
     """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each.
 
     Resumable after a kill (``layergeom.resume``): each boundary's three files go into ``.partial/`` next to
@@ -69,10 +67,6 @@ def run_topologies(
         raise LayergeomError("one nodes, edges and sweep path per boundary")
     store = ActivationStore(store_dir)  # opened once for all boundaries
     jobs = list(zip(boundaries, nodes, edges, sweeps))
-    if not resumable:
-        for b, n, e, s in progress(jobs, desc="graphs", unit="boundary"):
-            write_topology(store_topology(store, b, cfg, seed), n, e, s)
-        return
     reused = 0
     for b, *paths in progress(jobs, desc="graphs", unit="boundary"):
         if b not in store.boundaries:
