@@ -96,7 +96,7 @@ def test_snapshots_are_keyed_and_timed(tmp_path, monkeypatch):
     assert not (tmp_path / ".partial").exists()
 
 
-def test_job_key_follows_inputs_and_settings(tmp_path):
+def test_job_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
     f = tmp_path / "a.npy"
     np.save(f, np.zeros(3))
     (tmp_path / "d").mkdir()
@@ -110,6 +110,9 @@ def test_job_key_follows_inputs_and_settings(tmp_path):
     assert key != resume.job_key("k", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
     np.save(f, np.ones(3))  # rewritten input
     assert key != resume.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
+    other = resume.job_key("j", [f], {})
+    monkeypatch.setattr(resume, "code_id", lambda: "0" * 64)  # other code: other keys
+    assert resume.job_key("j", [f], {}) != other
 
 
 # ---- kill in the middle, resume, compare ---------------------------------------------------------------
