@@ -648,3 +648,21 @@ def test_one_sample_group_gives_nan_intervals_not_a_crash(tmp_path):
     assert c["erank_ci_low"].isna().all()
     assert pipeline.write_schur(files, tmp_path / "u.tsv", alphas=[0, 1], sr_k=2)["erank_ci_low"].isna().all()
     assert len(pipeline.write_convergence(files, tmp_path / "v.tsv", sr_k=2)) == 0
+
+
+def test_repeated_alphas_are_refused_by_the_schema_and_stepped_once_by_the_code():
+    import copy
+
+    from conftest import TEST_CONFIG
+
+    from layergeom.config import LayergeomError, validate
+
+    for alphas in ([0, 0.5, 0.5, 1], [0, 1, 1.0]):
+        cfg = copy.deepcopy(TEST_CONFIG)
+        cfg.setdefault("spectra", {})["alphas"] = alphas
+        with pytest.raises(LayergeomError, match="alphas"):
+            validate(cfg)
+    mats = {f"L{i}.{k}": nonnormal(8, seed=10 * i + j) / 3 for i in range(3) for j, k in enumerate(("attn", "mlp"))}
+    once = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4)
+    twice = schur.schur_surgery(mats, alphas=[0, 0.5, 0.5, 1, 1.0], seed=7, sr_k=4)
+    pd.testing.assert_frame_equal(once, twice)

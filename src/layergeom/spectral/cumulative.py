@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pandas as pd
 
+from ..linalg import svdvals
 from .spectra import effective_rank
 
 VARIANTS = ("update", "full")
@@ -48,7 +49,7 @@ def cumulative_erank(mats: Iterable[np.ndarray], variant: str = "update") -> tup
     eranks, logs = [], []
     for C, log_norm in cumulative_products(mats, variant):
         ok = np.isfinite(C).all()
-        eranks.append(effective_rank(np.linalg.svd(C, compute_uv=False)) if ok else float("nan"))
+        eranks.append(effective_rank(svdvals(C)) if ok else float("nan"))
         logs.append(log_norm)
     return np.asarray(eranks), np.asarray(logs)
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from ..linalg import svd, svdvals
 from .spectra import (
     Decomposition,
     asymmetry,
@@ -184,7 +185,7 @@ def top_subspaces(J1: np.ndarray, JV: np.ndarray, k: int) -> tuple[np.ndarray, n
     Qy, _ = np.linalg.qr(JV)  # (d, m)
     Z, _ = np.linalg.qr(J1.T @ Qy)  # (d, m)
     Qy, _ = np.linalg.qr(J1 @ Z)
-    Ub, _, Vbh = np.linalg.svd(Qy.T @ J1, full_matrices=False)  # (m, d) projected problem
+    Ub, _, Vbh = svd(Qy.T @ J1, full_matrices=False)  # (m, d) projected problem
     return Qy @ Ub[:, :k], Vbh[:k].T
 
 
@@ -339,8 +340,8 @@ def erank_with_tangents(C: np.ndarray, tangents: np.ndarray | None, floor: float
     δσ_i = Re u_iᴴ Ċ v_i, so δH = Σ_i ∂H/∂σ_i δσ_i = Re⟨Γ, Ċ⟩: one product for Γ, then O(d²) per replicate.
     """
     if tangents is None or not len(tangents):
-        return effective_rank(np.linalg.svd(C, compute_uv=False)), np.empty(0)
-    U, s, Vh = np.linalg.svd(C)
+        return effective_rank(svdvals(C)), np.empty(0)
+    U, s, Vh = svd(C)
     H, grad = entropy_gradient(s, floor)
     keep = grad != 0
     Gam = (U[:, keep] * grad[keep]) @ Vh[keep]  # (d, d)

@@ -37,6 +37,7 @@ import pandas as pd
 import scipy.linalg
 from scipy.linalg.lapack import ztrsen, ztrsyl
 
+from ..linalg import svd
 from .cumulative import VARIANTS, step_operator, tangent_floor
 from .spectra import Decomposition, nonzero_modes, rank_tolerance, spectral_metrics
 
@@ -209,7 +210,7 @@ def boundary_metrics_at(
     α = 1 with the own N is J̄ itself (`J`: a real SVD, the eigenvalues from the Schur form).
     """
     if alpha == 1 and J is not None:
-        U, s, Vh = np.linalg.svd(J)
+        U, s, Vh = svd(J)
         dec = Decomposition(eigvals=form.lam, U=U, s=s, Vh=Vh)
         T = J
     elif alpha == 0:
@@ -222,7 +223,7 @@ def boundary_metrics_at(
         T = np.diag(lam)
     else:
         T = np.diag(form.lam) + alpha * N
-        U, s, Vh = np.linalg.svd(T)
+        U, s, Vh = svd(T)
         dec = Decomposition(eigvals=form.lam, U=U, s=s, Vh=Vh)
     m = spectral_metrics(T, sr_k=sr_k, tol=tol, dec=dec)
     return {f"b_{k}": v for k, v in m.items()}
@@ -261,7 +262,7 @@ def schur_surgery(
     if boundary_metrics not in ("own", "all", "none"):
         raise ValueError(f"boundary_metrics must be own, all or none, not '{boundary_metrics}'")
     names = list(jacobians)
-    alphas = [float(a) for a in alphas]
+    alphas = list(dict.fromkeys(float(a) for a in alphas))  # a repeated α would step its chains twice
     variants = list(variants)
     ci_controls = set(ci_controls)
     runs = [(a, c) for c in CONTROLS for a in alphas if not (a == 0 and c == "random")]

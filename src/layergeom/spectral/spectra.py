@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import scipy.linalg
 
+from ..linalg import svd
 from ..names import parse_boundary
 
 METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "asymmetry", "erank", "part_ratio"]
@@ -82,7 +83,7 @@ def decompose(J: np.ndarray, eigvals: np.ndarray | None = None, vectors: bool = 
         lam, vl, vr = scipy.linalg.eig(J, left=True, right=True)
     else:
         lam = np.linalg.eigvals(J)
-    U, s, Vh = np.linalg.svd(J)
+    U, s, Vh = svd(J)
     return Decomposition(lam.astype(np.complex128), U, s, Vh, vl, vr)
 
 

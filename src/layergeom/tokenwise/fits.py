@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..linalg import torch_svd
 from . import CLASSES
 
 RTOL = 1e-9  # singular values below RTOL * largest count as zero (float64 fits)
@@ -48,7 +49,7 @@ def eigh(A):
 
 def svd(A):
     with serial():
-        return torch.linalg.svd(A, full_matrices=False)
+        return torch_svd(A)
 
 
 def solve_spd(A, B):
