@@ -399,3 +399,50 @@ def test_offline_hub_fails_within_seconds_without_hf_hub_offline(tmp_path, monke
         fetch.download_hub("EleutherAI/pythia-14m", "step0", tmp_path / "out")  # the `download` rule's work
     assert time.perf_counter() - t0 < 10
     assert os.listdir(tmp_path) == []
+
+
+# ---- degenerate but legitimate inputs ----------------------------------------------------------------------
+def test_a_zero_update_gives_nan_relerr_delta_not_an_overflow(tmp_path):
+    """A pruned or identity block (h_{l+1} = h_l): RelErr_Δ = ‖r‖/‖0‖ is undefined (nan, like the cosines), and the
+    table is written; RelErr = ‖r‖/‖y‖ is unchanged, checked against numpy from the patched states."""
+    from test_tokenwise_kl import tokenwise_cfg
+
+    from layergeom.tokenwise.pipeline import fit_layer
+
+    windows = np.random.default_rng(0).integers(0, 512, (6, 10))
+    store.dump_activations(get_adapter(tiny_model("llama", seed=2)), windows, tmp_path / "acts")
+    st = store.ActivationStore(tmp_path / "acts")
+    names = st.block_inputs()
+    np.save(tmp_path / "acts" / f"{names[1]}.npy", np.load(tmp_path / "acts" / f"{names[0]}.npy"))  # block 0: identity
+    cfg = tokenwise_cfg(classes=["lowrank", "identity"], k=12, n_anchors=10)
+    table, patches = fit_layer(tmp_path / "acts", 0, cfg, seed=0)
+    assert table["relerr_delta"].isna().all() and table["cos_full_tok"].isna().all()
+    y = np.asarray(st.states(names[1])[patches["rows"]], dtype=np.float64)  # (m, d)
+    for i, name in enumerate(patches["classes"]):
+        expect = np.linalg.norm(y - patches["t"][i], axis=1) / np.linalg.norm(y, axis=1)
+        got = table.loc[table["class"] == name, "relerr"].to_numpy()
+        eps = float(np.finfo(np.float32).eps)  # t is stored in float32: its rounding, relative to ‖y‖
+        np.testing.assert_allclose(got, expect, rtol=4 * eps, atol=4 * eps)
+    io.write_tsv(table, tmp_path / "tokenwise" / "L0.tsv")  # no overflow refusal
+    assert io.read_tsv(tmp_path / "tokenwise" / "L0.tsv")["relerr_delta"].isna().all()
+
+
+def test_a_corpus_of_one_repeated_word_warns_of_degenerate_neighbourhoods(tmp_path, caplog):
+    """Every window the same token: at h_0 every state is the same, every kNN radius is 0 and the neighbours come
+    from tie-breaking. The fit says so (logged) and the table's knn_radius shows it; distinct tokens do not warn."""
+    from test_tokenwise_kl import tokenwise_cfg
+
+    from layergeom.tokenwise.pipeline import fit_layer
+
+    cfg = tokenwise_cfg(classes=["identity"], k=8, n_anchors=10)
+    adapter = get_adapter(tiny_model("llama", seed=2))
+    store.dump_activations(adapter, np.full((4, 8), 17), tmp_path / "same")
+    with caplog.at_level(logging.WARNING, logger="layergeom"):
+        table, _ = fit_layer(tmp_path / "same", 0, cfg, seed=0)
+    assert (table["knn_radius"] == 0).all()
+    assert "layer 0: 10 of 10 anchors have all k=8 neighbours at distance 0" in caplog.text
+    caplog.clear()
+    store.dump_activations(adapter, np.random.default_rng(1).integers(0, 512, (4, 8)), tmp_path / "varied")
+    with caplog.at_level(logging.WARNING, logger="layergeom"):
+        table, _ = fit_layer(tmp_path / "varied", 0, cfg, seed=0)
+    assert (table["knn_radius"] > 0).all() and "distance 0" not in caplog.text

@@ -27,6 +27,11 @@ def angle_deg(cos: torch.Tensor) -> torch.Tensor:
     return torch.rad2deg(torch.arccos(cos.clamp(-1.0, 1.0)))
 
 
+def ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """num / den row by row, nan where den = 0 (a zero update: an identity or pruned block)."""
+    return torch.where(den > 0, num / torch.where(den > 0, den, 1.0), torch.nan)
+
+
 def energy_share(v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Energy share ||v||^2 / ||u||^2."""
     n2 = (u * u).sum(1)
@@ -58,8 +63,8 @@ def geometry(
     r = y - t
     local = fit.tp is not None
     out: dict[str, torch.Tensor] = {
-        "relerr": r.norm(dim=1) / y.norm(dim=1),
-        "relerr_delta": r.norm(dim=1) / (y - h).norm(dim=1),
+        "relerr": ratio(r.norm(dim=1), y.norm(dim=1)),
+        "relerr_delta": ratio(r.norm(dim=1), (y - h).norm(dim=1)),
         "norm_res": r.norm(dim=1),
         "norm_update": (y - h).norm(dim=1),
         "norm_out": y.norm(dim=1),

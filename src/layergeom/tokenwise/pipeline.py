@@ -103,6 +103,7 @@ def fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str = "c
     X, Y = H0[nbr], H1[nbr]  # (m, k, d)
     xa, ya = H0[a_idx], H1[a_idx]  # (m, d)
     radius = (X[:, -1] - xa).norm(dim=1)
+    warn_degenerate(radius, layer, k)
     t_knn = time.perf_counter() - t0
     gmap = fit_global(H0, H1, ridge=cfg["ridge"]) if "global" in classes else None
     seeds = np.random.SeedSequence([seed, layer]).generate_state(len(rows)).astype(np.int64)
@@ -148,6 +149,17 @@ def fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str = "c
         "rows": rows,
         "layer": np.int64(layer),
     }
+
+
+def warn_degenerate(radius, layer: int, k: int) -> int:
+    """Warn when anchors' k-th neighbour is at distance 0 (repeated states: the neighbours come from
+    tie-breaking, and the fits and ρ of that layer mean little); returns how many. Column ``knn_radius`` shows it."""
+    n = int((radius == 0).sum())
+    if n:
+        log.warning("layer %d: %d of %d anchors have all k=%d neighbours at distance 0 (identical states, e.g. a "
+                    "corpus of one repeated token): their neighbourhoods come from tie-breaking and this layer's "
+                    "fits and rho are not meaningful (column knn_radius)", layer, n, len(radius), k)  # fmt: skip
+    return n
 
 
 def run_fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str, out_table, out_patches) -> None:
