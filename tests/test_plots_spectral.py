@@ -92,3 +92,36 @@ def test_tokenwise_convergence_table_and_figure(tmp_path):
     write_tsv(conv, path)
     conv_plots.draw_tokenwise([str(path), str(path)], ["trained", "init"], "M", tmp_path / "f.png", tmp_path / "f.pdf")
     assert (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_convergence_figures_with_one_group_or_one_window_say_so(tmp_path):
+    """spectra.n_groups: 1 (or one window) leaves convergence.tsv without rows; n_windows: 1 leaves the tokenwise
+    windows axis one point. Both figures are written (a note, or what there is), and the run goes on."""
+    import matplotlib.pyplot as plt
+    from test_spectral import nonnormal, write_boundary_files
+
+    from layergeom.io import read_tsv
+    from layergeom.spectral import pipeline
+
+    mats = {f"L{i}.attn": nonnormal(6, seed=i) / 3 for i in range(2)}
+    files = write_boundary_files(tmp_path, mats, G=1)
+    pipeline.write_convergence(files, tmp_path / "conv.tsv", n_edge=1, sr_k=2)
+    assert len(read_tsv(tmp_path / "conv.tsv")) == 0
+    fig = plots.plot_convergence({"c": read_tsv(tmp_path / "conv.tsv")}, "M")
+    assert "one sample group" in " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    plt.close(fig)
+    settings = {"model": "m", "checkpoints": ["c"], "spectra": {}}
+    plots.draw("convergence", [str(tmp_path / "conv.tsv")], settings, tmp_path / "c.png", tmp_path / "c.pdf")
+    assert (tmp_path / "c.pdf").read_bytes()[:4] == b"%PDF"
+    rng = np.random.default_rng(2)
+    anchors = pd.DataFrame({"layer": 0, "class": "diag", "anchor": np.arange(12), "row": np.arange(12), "window": 0,
+                            "position": np.arange(1, 13), "relerr": rng.random(12), "relerr_delta": rng.random(12),
+                            "kl": rng.random(12)})  # fmt: skip
+    angles = pd.DataFrame({"layer": 0, "class": "diag", "anchor": np.arange(12), "angle_res_deg": rng.random(12)})
+    conv = tokenwise_convergence(anchors, [angles], {"ci_level": 0.95, "bootstrap": 50}, seed=0)
+    assert conv.loc[conv["axis"] == "windows", "n"].tolist() == [1, 1]  # one window: one point per metric
+    write_tsv(conv, tmp_path / "t.tsv")
+    conv_plots.draw_tokenwise([str(tmp_path / "t.tsv")], ["c"], "M", tmp_path / "t.png", tmp_path / "t.pdf")
+    assert (tmp_path / "t.png").stat().st_size > 10_000
+    fig = conv_plots.plot_tokenwise_convergence({"c": conv.iloc[:0]}, "M")  # no rows at all: a note
+    assert "nothing to draw" in " ".join(t.get_text() for ax in fig.axes for t in ax.texts)

@@ -18,11 +18,21 @@ PANELS = [("spearman_rho", "anchors"), ("spearman_rho", "windows"), ("angle_res_
           ("angle_res_deg", "windows")]  # fmt: skip
 
 
+def note_figure(title: str, note: str):
+    """A figure that says why there is nothing to draw (the run goes on; the tables say the same)."""
+    fig, ax = plt.subplots(figsize=(6.6, 2.4))
+    ax.axis("off")
+    ax.text(0.5, 0.5, note, ha="center", va="center", wrap=True, fontsize=9, transform=ax.transAxes)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
 
 def plot_tokenwise_convergence(tables: dict[str, pd.DataFrame], title: str):
     """Rows: classes; columns: (ρ, angle) x (anchors, windows)."""
     colours = checkpoint_colours(list(tables))
-    classes = list(dict.fromkeys(c for df in tables.values() for c in df["class"]))
+    classes = list(dict.fromkeys(c for df in tables.values() if "class" in df for c in df["class"]))
+    if not classes:
+        return note_figure(f"{title}: Paper A convergence", "no rows in tokenwise_convergence.tsv: nothing to draw")
     fig, axes = plt.subplots(len(classes), len(PANELS), figsize=(3.3 * len(PANELS), 2.4 * len(classes)),
                              squeeze=False)  # fmt: skip
     for i, cls in enumerate(classes):

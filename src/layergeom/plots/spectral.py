@@ -234,7 +234,12 @@ def plot_schur(tables: dict[str, pd.DataFrame], title: str, primary: str = "upda
 def plot_convergence(tables: dict[str, pd.DataFrame], title: str):
     """Each headline metric against the number of samples (nested subsets), one colour per checkpoint."""
     colours = checkpoint_colours(list(tables))
-    metrics = list(dict.fromkeys(m for df in tables.values() for m in df["metric"]))
+    metrics = list(dict.fromkeys(m for df in tables.values() if "metric" in df for m in df["metric"]))
+    if not metrics:  # one sample group (spectra.n_groups: 1, or a single window): no subsets to compare
+        from .convergence import note_figure
+
+        return note_figure(f"{title}: convergence with the number of samples", "one sample group per checkpoint "
+                           "(spectra.n_groups: 1 or a single window): no nested subsets to compare")  # fmt: skip
     nc = 4
     nr = int(np.ceil(len(metrics) / nc))
     fig, axes = plt.subplots(nr, nc, figsize=(3.4 * nc, 2.8 * nr), squeeze=False)
