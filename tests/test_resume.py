@@ -5,9 +5,11 @@ settings is not reused. The Jacobian job's own kill-and-resume tests are in test
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -402,3 +404,288 @@ def test_resumable_dump_of_bad_activations_leaves_nothing(tmp_path):
         dump_activations(adapter, windows, tmp_path / "run" / "activations", batch_size=2, snapshot_s=0,
                          resume_inputs=[tmp_path / "windows.npy"])  # fmt: skip
     assert not list((tmp_path / "run").iterdir())  # neither the store nor its work folder
+
+
+# ---- kept files are checked against their markers -------------------------------------------------------
+def test_item_markers_record_size_and_sha256_of_their_files(tmp_path, caplog):
+    work = tmp_path / resume.PARTIAL
+    work.mkdir()
+    data = {n: np.random.default_rng(i).standard_normal(50).tobytes() for i, n in enumerate(("a.npy", "b.npy"))}
+    for n, d in data.items():
+        (work / n).write_bytes(d)
+    resume.mark_done(work / "a.done.json", "k", ["a.npy"])
+    resume.mark_done(work / "b.done.json", "k", ["b.npy"])
+    rec = json.loads((work / "a.done.json").read_text())["files"]["a.npy"]
+    import hashlib
+
+    assert rec == {"size": len(data["a.npy"]), "sha256": hashlib.sha256(data["a.npy"]).hexdigest()}
+    assert resume.item_done(work / "a.done.json", "k", ["a.npy"])
+    assert not resume.item_done(work / "a.done.json", "other key", ["a.npy"])
+    assert not resume.item_done(work / "a.done.json", "k", ["a.npy", "c.npy"])  # a file it never recorded
+    (work / "a.npy").write_bytes(data["a.npy"][:-8])  # cut short
+    with caplog.at_level(logging.WARNING, logger="layergeom"):
+        assert not resume.item_done(work / "a.done.json", "k", ["a.npy"])
+    assert f"a.npy has {len(data['a.npy']) - 8} bytes, its marker recorded {len(data['a.npy'])}" in caplog.text
+    (work / "a.npy").write_bytes(data["b.npy"])  # swapped: same size, other content
+    assert not resume.item_done(work / "a.done.json", "k", ["a.npy"])
+    (work / "a.npy").unlink()
+    assert not resume.item_done(work / "a.done.json", "k", ["a.npy"])
+    assert resume.item_done(work / "b.done.json", "k", ["b.npy"])
+
+
+def test_npy_headers_are_checked_against_the_expected_shape(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((6, 4), np.float32))
+    assert resume.npy_problem(tmp_path / "x.npy", (6, 4), np.float32) is None
+    assert "not float16" in resume.npy_problem(tmp_path / "x.npy", (6, 4), np.float16)
+    assert "(6, 4), not float32 (7, 4)" in resume.npy_problem(tmp_path / "x.npy", (7, 4), np.float32)
+    data = (tmp_path / "x.npy").read_bytes()
+    (tmp_path / "x.npy").write_bytes(data[:-4])
+    assert f"has {len(data) - 4} bytes, not the {len(data)}" in resume.npy_problem(tmp_path / "x.npy", (6, 4), "f4")
+    (tmp_path / "x.npy").write_bytes(b"garbage")
+    assert "no readable .npy header" in resume.npy_problem(tmp_path / "x.npy", (6, 4), np.float32)
+    assert "missing" in resume.npy_problem(tmp_path / "y.npy", (6, 4), np.float32)
+
+
+def _graph_setup(tmp_path):
+    import torch
+    from conftest import tiny_model
+    from test_topology import _defaults
+
+    from layergeom.adapters import get_adapter
+    from layergeom.store import dump_activations
+
+    ad = get_adapter(tiny_model("llama"))
+    windows = torch.randint(0, 512, (8, 16), generator=torch.Generator().manual_seed(2)).numpy()
+    dump_activations(ad, windows, tmp_path / "acts", batch_size=4)
+    names = [b.name for b in ad.boundaries][:3]
+    cfg = _defaults(top_k=4, resolution_sweep=[0.1])
+
+    def outs(folder):
+        return {k: [folder / f"{n}{s}" for n in names] for k, s in
+                (("nodes", ".tsv"), ("edges", ".edges.tsv"), ("sweeps", ".sweep.tsv"))}  # fmt: skip
+
+    return names, cfg, outs
+
+
+def test_graph_files_swapped_between_boundaries_are_redone(tmp_path, monkeypatch):
+    from layergeom.topology import pipeline
+
+    names, cfg, outs = _graph_setup(tmp_path)
+    whole, run = outs(tmp_path / "whole"), outs(tmp_path / "graphs")
+    pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **whole)
+    real = pipeline.store_topology
+
+    def crash(store, b, *a):
+        if b == names[2]:
+            raise RuntimeError("injected crash")
+        return real(store, b, *a)
+
+    monkeypatch.setattr(pipeline, "store_topology", crash)
+    with pytest.raises(RuntimeError, match="injected"):
+        pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+    work = tmp_path / "graphs" / resume.PARTIAL
+    a, b = work / f"{names[0]}.edges.tsv", work / f"{names[1]}.edges.tsv"
+    da, db = a.read_bytes(), b.read_bytes()
+    a.write_bytes(db), b.write_bytes(da)
+    computed = []
+    monkeypatch.setattr(pipeline, "store_topology", lambda store, b, *a: computed.append(b) or real(store, b, *a))
+    pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+    assert computed == names  # the two swapped, and the one not done
+    for key in run:
+        for x, y in zip(run[key], whole[key]):
+            assert x.read_bytes() == y.read_bytes(), x.name
+
+
+def test_graph_resume_key_names_the_threads(tmp_path, monkeypatch):
+    """The graph job's key holds the BLAS threads: work of another thread count is redone."""
+    from layergeom.topology import pipeline
+
+    names, cfg, outs = _graph_setup(tmp_path)
+    run = outs(tmp_path / "graphs")
+    real, computed = pipeline.store_topology, []
+
+    def crash(store, b, *a):
+        if b == names[1]:
+            raise RuntimeError("injected crash")
+        return real(store, b, *a)
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(pipeline, "store_topology", crash)
+    with pytest.raises(RuntimeError, match="injected"):
+        pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setattr(pipeline, "store_topology", lambda store, b, *a: computed.append(b) or real(store, b, *a))
+    pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+    assert computed == names
+
+
+@pytest.mark.parametrize("damage", ["short", "rows", "header"])
+def test_a_damaged_activation_store_is_not_resumed(tmp_path, caplog, damage):
+    """A store file cut short (a crash mid-write, a full disk) is never re-extended into zeros, nor are rows
+    other than those recorded (or a wrong header) resumed: the dump starts afresh, logged, and equals a whole one."""
+    from conftest import tiny_model
+
+    from layergeom.adapters import get_adapter
+    from layergeom.store import dump_activations
+
+    windows = np.random.default_rng(4).integers(0, 512, (9, 8))
+    np.save(tmp_path / "windows.npy", windows)
+    adapter = get_adapter(tiny_model("llama"))
+    dump_activations(adapter, windows, tmp_path / "whole" / "activations", batch_size=2)
+    out = tmp_path / "run" / "activations"
+    script = ACTIVATIONS_JOB.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=2, out=str(out),
+                                    windows=str(tmp_path / "windows.npy"))  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    f = out.parent / resume.PARTIAL / "activations" / "L0.mlp.npy"
+    data = bytearray(f.read_bytes())
+    if damage == "short":
+        f.write_bytes(bytes(data[: len(data) // 3]))
+    elif damage == "rows":
+        data[200] ^= 0xFF  # one byte of the first row (the header is 128 bytes): same size, other content
+        f.write_bytes(bytes(data))
+    else:
+        np.save(f, np.zeros((9 * 8, 3), np.float32))  # another shape
+    firsts, real = [], adapter.capture
+    adapter.capture = lambda ids: firsts.append(ids.shape[0]) or real(ids)
+    with caplog.at_level(logging.WARNING, logger="layergeom"):
+        dump_activations(adapter, windows, out, batch_size=2, snapshot_s=0, resume_inputs=[tmp_path / "windows.npy"])
+    assert firsts == [2, 2, 2, 2, 1]  # from window 0
+    assert "is damaged" in caplog.text and "L0.mlp.npy" in caplog.text
+    assert _store_bytes(out) == _store_bytes(tmp_path / "whole" / "activations")
+
+
+# ---- one instance per job ---------------------------------------------------------------------------------
+def _foreign_lock(work, job, **holder):
+    work.mkdir(parents=True, exist_ok=True)
+    (work / f"{job}.lock").write_text(json.dumps({"job": job, "since": "2026-01-01T00:00:00+00:00", **holder}))
+
+
+def test_a_second_instance_of_a_job_is_refused_naming_the_holder(tmp_path):
+    """An orphaned instance still running (here: a live process) holds the lock; the restarted job refuses."""
+    import socket
+
+    from layergeom.runtime import LayergeomError
+
+    work = tmp_path / resume.PARTIAL
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = resume._process_start(holder.pid)
+        _foreign_lock(work, "schur", pid=holder.pid, host=socket.gethostname(), start=start)
+        snap = resume.Snapshots(work, "schur", "k", every_s=0)
+        with pytest.raises(LayergeomError) as err:
+            snap.load()
+        msg = str(err.value)
+        assert "\n" not in msg and f"pid {holder.pid} on {socket.gethostname()}" in msg and "schur.lock" in msg
+        assert resume.Snapshots(work, "cumulative", "k", every_s=0).load() is None  # another job: its own lock
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_stale_lock_is_taken_over(tmp_path, caplog, monkeypatch):
+    """A dead PID on this host is stale at once; another host's lock when it has not been refreshed for
+    LOCK_STALE_S (its holder refreshes it every HEARTBEAT_S)."""
+    import os
+    import socket
+
+    from layergeom.runtime import LayergeomError
+
+    work = tmp_path / resume.PARTIAL
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _foreign_lock(work, "schur", pid=dead.pid, host=socket.gethostname(), start="1")
+    with caplog.at_level(logging.WARNING, logger="layergeom"):
+        snap = resume.Snapshots(work, "schur", "k", every_s=0)
+        assert snap.load() is None
+    assert f"taking over the stale lock {work / 'schur.lock'} (pid {dead.pid}" in caplog.text
+    assert json.loads((work / "schur.lock").read_text())["pid"] == os.getpid()
+    snap.save(1, lambda: {"x": 1})
+    snap.clear()
+    assert not work.exists()  # released with the work
+    _foreign_lock(work, "graphs", pid=1, host="another-node")  # fresh: its holder may be running there
+    with pytest.raises(LayergeomError, match="pid 1 on another-node"):
+        resume.WorkLock.hold(work, "graphs")
+    old = time.time() - resume.LOCK_STALE_S - 1
+    os.utime(work / "graphs.lock", (old, old))
+    lock = resume.WorkLock.hold(work, "graphs")
+    assert json.loads(lock.path.read_text())["host"] == socket.gethostname()
+    monkeypatch.setattr(resume, "HEARTBEAT_S", 0.05)  # the holder refreshes its lock
+    lock.release()
+    lock = resume.WorkLock.hold(work, "graphs")
+    os.utime(lock.path, (old, old))
+    time.sleep(0.5)
+    assert time.time() - lock.path.stat().st_mtime < resume.LOCK_STALE_S / 2
+    lock.release()
+    assert not lock.path.exists()
+
+
+def test_a_snapshot_with_a_damaged_tree_is_removed(tmp_path, caplog):
+    """A valid zip whose tree names an array it lacks: removed with a log line, the job starts afresh."""
+    work = tmp_path / resume.PARTIAL
+    snap = resume.Snapshots(work, "job", "k", every_s=0)
+    snap.save(2, lambda: {"x": np.arange(3)})
+    tree = {"__dict__": {"x": {"__array__": "a7"}}}  # the array it names is not in the zip
+    meta = json.dumps({"key": "k", "done": 2, "tree": tree, "format": resume.FORMAT})
+    with open(snap.path, "wb") as fh:
+        np.savez(fh, __meta__=np.array(meta))
+    with caplog.at_level(logging.WARNING, logger="layergeom"):
+        again = resume.Snapshots(work, "job", "k", every_s=0)
+        assert again.done == 0 and again.load() is None
+    assert "unreadable snapshot" in caplog.text and "KeyError" in caplog.text and not snap.path.exists()
+
+
+# ---- .partial problems ---------------------------------------------------------------------------------------
+def test_a_partial_that_is_a_file_or_unwritable_is_one_line(tmp_path, monkeypatch):
+    import os
+
+    from layergeom.runtime import LayergeomError
+
+    (tmp_path / resume.PARTIAL).write_text("not a folder")
+    with pytest.raises(LayergeomError, match=r"cannot keep work in .*\.partial: it is not a folder; make it a"):
+        resume.Snapshots(tmp_path / resume.PARTIAL, "job", "k", every_s=0).load()
+    (tmp_path / resume.PARTIAL).unlink()
+    (tmp_path / resume.PARTIAL).mkdir()
+    monkeypatch.setattr(os, "access", lambda *a, **kw: False)  # (root may write anywhere: the check is simulated)
+    with pytest.raises(LayergeomError, match=r"cannot keep work in .*\.partial: it is not writable") as err:
+        resume.Snapshots(tmp_path / resume.PARTIAL, "job", "k", every_s=0).load()
+    assert "\n" not in str(err.value)
+
+
+def test_a_failure_while_clearing_keeps_the_finished_result(tmp_path, monkeypatch, caplog):
+    """Schur: the table is written, then the snapshot cannot be removed: logged, the result stays."""
+    from pathlib import Path
+
+    folder = tmp_path / "jac"
+    files = _boundary_files(folder)
+    (folder / "names.json").write_text(json.dumps(files.names))
+    out = tmp_path / "run" / "schur.tsv"
+    real = Path.unlink
+
+    def unlink(self, missing_ok=False):
+        if self.name.endswith(".snapshot.npz"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with caplog.at_level(logging.WARNING, logger="layergeom"):
+        _schur(folder, out, snapshot_s=0)
+    monkeypatch.undo()
+    assert out.exists() and "could not clear the work folder" in caplog.text
+    whole = tmp_path / "whole" / "schur.tsv"
+    _schur(folder, whole)
+    assert out.read_bytes() == whole.read_bytes()
+
+
+def test_a_symlinked_partial_leaves_no_link_or_keyed_files(tmp_path):
+    folder = tmp_path / "jac"
+    files = _boundary_files(folder)
+    (folder / "names.json").write_text(json.dumps(files.names))
+    elsewhere = tmp_path / "scratch"
+    elsewhere.mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / resume.PARTIAL).symlink_to(elsewhere)
+    out = tmp_path / "run" / "schur.tsv"
+    _schur(folder, out, snapshot_s=0)
+    assert out.exists() and not (tmp_path / "run" / resume.PARTIAL).is_symlink()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["schur.tsv"] and not list(elsewhere.iterdir())

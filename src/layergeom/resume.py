@@ -10,38 +10,51 @@ reuses only work of the same key, so a changed input, setting or code starts aga
 Two patterns:
 
 - **Finished items** (the Jacobian and graph jobs, whose boundaries have their own files): each boundary's
-  files are written into ``.partial/`` as it finishes, a marker with the key last; a restart skips the
-  boundaries whose marker matches (:func:`item_done`, :func:`mark_done`). The activation dump is a variant:
-  its store grows in ``.partial/``, and its marker records the windows written (after a flush).
+  files are written into ``.partial/`` as it finishes, a marker with the key and each file's size and sha256
+  last; a restart skips the boundaries whose marker matches and whose files still have the recorded size and
+  sha256 (:func:`item_done`, :func:`mark_done`): a truncated file, or one swapped with another boundary's, is
+  redone. The activation dump is a variant: its store grows in ``.partial/``, and its marker records the
+  windows written (after a flush), the ``.npy`` header and a sha256 of the rows of each snapshot.
 - **Snapshots** (:class:`Snapshots`, for jobs that carry a state from one step to the next: the products of
   the cumulative and Schur tables, the KL of the windows done so far): the state after a step is saved every
   ``every_s`` seconds (config ``snapshot_minutes``), atomically, replacing the previous snapshot; a restart
   continues after the last one. States are trees of dicts, lists, numbers, strings, numpy arrays and pandas
-  frames, stored in one ``.npz`` (no pickle) and restored bit for bit.
+  frames, stored in one ``.npz`` (no pickle) and restored bit for bit. A snapshot that cannot be read back
+  (a torn zip, a damaged tree) is removed with a log line and the job starts afresh.
+
+A job holds a **lock** in its work folder while it works there (:class:`WorkLock`, ``{job}.lock``: the
+holder's PID, host and start): a second instance of the same job (an orphan left by a lost snakemake, a
+resubmission) refuses with one line naming the holder. A lock whose holder is dead (a PID that no longer runs
+on this host) or, from another host, that has not been refreshed for :data:`LOCK_STALE_S` seconds (the holder
+refreshes it every :data:`HEARTBEAT_S`) is stale, and is taken over with a log line.
 
 This module imports no torch.
 """
 
 from __future__ import annotations
 
+import atexit
+import datetime
 import functools
 import hashlib
 import json
 import logging
 import os
 import shutil
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
 
-from .runtime import atomic_path, remove_stale_temporaries
+from .runtime import LayergeomError, atomic_path, remove_stale_temporaries
 
 log = logging.getLogger("layergeom")
 
 #: bump when what a job keeps in .partial/ changes meaning, so that no work of older code is reused
-FORMAT = 1
+FORMAT = 2
 PARTIAL = ".partial"
 
 
@@ -69,15 +82,34 @@ def code_id() -> str:
 
 def job_key(what: str, inputs: Iterable = (), settings: dict | None = None) -> str:
     """sha256 of a job's kind, the identities of its input files or folders (:func:`file_id`), its settings
-    (anything JSON can write; numpy scalars and arrays as their values) and the code (:func:`code_id`)."""
+    (anything JSON can write; numpy scalars and arrays as their values), the code (:func:`code_id`) and the
+    BLAS threads (:func:`blas_threads`; a torch job adds its device and torch threads to its settings)."""
     ids = {
         "format": FORMAT,
         "code": code_id(),
+        "blas_threads": blas_threads(),
         "what": what,
         "inputs": [file_id(p) for p in inputs],
         "settings": settings or {},
     }
     return hashlib.sha256(json.dumps(ids, sort_keys=True, default=_plain).encode()).hexdigest()
+
+
+def blas_threads() -> dict | int:
+    """The BLAS thread settings (OMP/OPENBLAS/MKL_NUM_THREADS), else the number of CPUs this process may use."""
+    env = {v: os.environ[v] for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if v in os.environ}
+    return env or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+
+
+def machine_id(device: str = "cpu", torch_threads: bool = False) -> dict:
+    """The device and thread counts a job computes with (they change the rounding): the BLAS threads
+    (OMP/OPENBLAS/MKL_NUM_THREADS, else the CPUs this process may use), and torch's for a torch job."""
+    out = {"device": str(device), "blas_threads": blas_threads()}
+    if torch_threads:
+        import torch
+
+        out["threads"] = torch.get_num_threads()
+    return out
 
 
 def _plain(obj):
@@ -97,33 +129,252 @@ def work_dir(output) -> Path:
     return Path(output).parent / PARTIAL
 
 
-def remove_work(work: Path, names: Iterable[str] | None = None) -> None:
-    """Remove the given files of a work folder (all of it when None), and the folder once it is empty."""
+def remove_work(work: Path, names: Iterable[str] | None = None, lock: WorkLock | None = None) -> None:
+    """Remove the given files of a work folder (all of it when None), and the folder once it is empty.
+
+    ``lock`` (this job's :class:`WorkLock`) is released before the folder goes. A symlinked work folder: the
+    files go from its target, then the link (the target folder stays). Never
+    raises: a file that cannot be removed is logged (the outputs are in place; the next run of the job
+    clears it), so that a finished result is not discarded.
+    """
     work = Path(work)
-    if names is None:
-        shutil.rmtree(work, ignore_errors=True)
-        return
-    for n in names:
-        (work / n).unlink(missing_ok=True)
     try:
-        work.rmdir()
-    except OSError:
-        pass  # other jobs' work is still there (or it is gone already)
+        if names is None:
+            names = (
+                [p.name for p in work.iterdir() if lock is None or p.name != lock.path.name] if work.is_dir() else []
+            )
+        for n in names:
+            p = work / n
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
+        if lock is not None:
+            lock.release()
+        if work.is_symlink():
+            if not any(work.iterdir()):
+                work.unlink()
+        elif work.is_dir() and not any(work.iterdir()):
+            work.rmdir()
+    except FileNotFoundError:
+        pass  # gone already
+    except OSError as err:
+        log.warning("could not clear the work folder %s (%s); the outputs are in place, remove it by hand", work, err)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def check_work_dir(work: Path) -> Path:
+    """Create the work folder if needed; one clear line if it cannot be (a plain file, no permission)."""
+    work = Path(work)
+    try:
+        if work.exists() and not work.is_dir():
+            raise NotADirectoryError("it is not a folder")
+        work.mkdir(parents=True, exist_ok=True)
+        if not os.access(work, os.W_OK | os.X_OK):
+            raise PermissionError("it is not writable")
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise LayergeomError(f"cannot keep work in {work}: {reason}; make it a writable folder or remove it") from None
+    return work
 
 
 # ---- finished items -------------------------------------------------------------------------------------
-def item_done(marker: Path, key: str) -> bool:
-    """Whether an item's marker file exists and holds this key."""
+def file_record(path) -> dict:
+    """A kept file's record: {"size": bytes, "sha256": hex digest of its content}."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            h.update(chunk)
+    return {"size": Path(path).stat().st_size, "sha256": h.hexdigest()}
+
+
+def record_problem(path: Path, record: dict) -> str | None:
+    """Why a kept file does not match its record ({"size", "sha256"}), or None when it does."""
+    path = Path(path)
+    if not path.is_file():
+        return f"{path.name} is missing"
+    size = path.stat().st_size
+    if size != record.get("size"):
+        return f"{path.name} has {size} bytes, its marker recorded {record.get('size')}"
+    if file_record(path)["sha256"] != record.get("sha256"):
+        return f"{path.name} is not the file its marker recorded (another sha256)"
+    return None
+
+
+def npy_problem(path, shape: tuple, dtype) -> str | None:
+    """Why a kept ``.npy`` file is not one of this shape and dtype, whole (its size: header + data), or None."""
+    path = Path(path)
     try:
-        return json.loads(Path(marker).read_text()).get("key") == key
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            got_shape, fortran, got_dtype = read(fh)
+            offset = fh.tell()
+    except FileNotFoundError:
+        return f"{path.name} is missing"
+    except (OSError, ValueError) as err:
+        return f"{path.name} has no readable .npy header ({err})"
+    if tuple(got_shape) != tuple(shape) or np.dtype(got_dtype) != np.dtype(dtype) or fortran:
+        return f"{path.name} holds {got_dtype} {tuple(got_shape)}, not {np.dtype(dtype)} {tuple(shape)}"
+    size, want = path.stat().st_size, offset + int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if size != want:
+        return f"{path.name} has {size} bytes, not the {want} of its header"
+    return None
+
+
+def item_done(marker: Path, key: str, files: Iterable[str] | None = None) -> bool:
+    """Whether an item's marker holds this key and, for each name in ``files`` (in the marker's folder), a
+    record that the file still matches (size and sha256). A mismatch is logged (one line): the item is redone."""
+    marker = Path(marker)
+    try:
+        meta = json.loads(marker.read_text())
+        if meta.get("key") != key:
+            return False
     except (OSError, ValueError, AttributeError):
         return False
+    records = meta.get("files", {})
+    for name in files or ():
+        problem = record_problem(marker.parent / name, records[name]) if name in records else (
+            f"{name} is not recorded in the marker")  # fmt: skip
+        if problem:
+            log.warning("%s: %s in %s; redoing it", marker.name.split(".done")[0], problem, marker.parent)
+            return False
+    return True
 
 
-def mark_done(marker: Path, key: str, **extra) -> None:
-    """Write an item's marker (last, after its files): its key and any JSON-writable extras."""
+def mark_done(marker: Path, key: str, files: Iterable[str] = (), **extra) -> None:
+    """Write an item's marker (last, after its files): its key, the size and sha256 of each of ``files`` (names
+    in the marker's folder) and any JSON-writable extras."""
+    marker = Path(marker)
+    records = {n: file_record(marker.parent / n) for n in files}
     with atomic_path(marker) as tmp:
-        tmp.write_text(json.dumps({**extra, "key": key}, indent=2) + "\n")
+        tmp.write_text(json.dumps({**extra, "files": records, "key": key}, indent=2) + "\n")
+
+
+# ---- one instance per job -----------------------------------------------------------------------------------
+#: seconds between refreshes of a held lock, and the age after which a lock from another host is stale
+HEARTBEAT_S = 30.0
+LOCK_STALE_S = 600.0
+_HELD: dict[Path, WorkLock] = {}  # the locks this process holds, by path
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of a process (Linux /proc, in clock ticks since boot), which tells a reused PID apart."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _pid_alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: alive
+    now = _process_start(pid)
+    return start is None or now is None or now == start
+
+
+class WorkLock:
+    """``{work}/{job}.lock``: this process works in ``work`` for ``job``; one instance per job at a time.
+
+    :meth:`acquire` creates it (the work folder too) or refuses with one line naming the holder; a stale lock
+    (see the module's doc) is taken over with a log line. A daemon thread refreshes it every
+    :data:`HEARTBEAT_S`; :meth:`release` (also at exit) removes it. Within one process a job's lock is one:
+    taking it again returns the lock held, and releasing it once releases it.
+    """
+
+    def __init__(self, work, job: str):
+        self.work, self.job = Path(work), job
+        self.path = self.work / f"{job}.lock"
+        self.held = False
+        self._stop = threading.Event()
+
+    @classmethod
+    def hold(cls, work, job: str) -> WorkLock:
+        """The lock of ``job`` in ``work``, acquired (or the one this process holds already)."""
+        path = (Path(work) / f"{job}.lock").absolute()
+        lock = _HELD.get(path) or cls(work, job)
+        lock.acquire()
+        return lock
+
+    def _me(self) -> dict:
+        return {"pid": os.getpid(), "host": socket.gethostname(), "start": _process_start(os.getpid()),
+                "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "job": self.job}  # fmt: skip
+
+    def acquire(self) -> None:
+        if self.held:
+            return
+        check_work_dir(self.work)
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._take_over_if_stale()
+                continue
+            except OSError as err:
+                raise LayergeomError(f"cannot keep work in {self.work}: {err.strerror or err}; make it a writable "
+                                     "folder or remove it") from None  # fmt: skip
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(self._me()) + "\n")
+            break
+        else:
+            raise LayergeomError(f"{self.job}: could not take the lock {self.path}; remove it and rerun")
+        self.held = True
+        _HELD[self.path.absolute()] = self
+        atexit.register(self.release)
+        self._stop = threading.Event()
+        threading.Thread(target=self._beat, args=(self._stop,), name=f"{self.job}-lock", daemon=True).start()
+
+    def _take_over_if_stale(self) -> None:
+        """Remove the lock if its holder is gone (logged), else refuse naming the holder."""
+        try:
+            holder = json.loads(self.path.read_text())
+            age = time.time() - self.path.stat().st_mtime
+        except FileNotFoundError:
+            return  # released meanwhile: try again
+        except (OSError, ValueError):
+            holder, age = {}, LOCK_STALE_S + 1  # torn (a kill while it was written): stale
+        pid, host = holder.get("pid"), holder.get("host")
+        here = host == socket.gethostname()
+        if here and isinstance(pid, int) and _pid_alive(pid, holder.get("start")):
+            stale = False
+        else:
+            stale = here or age > LOCK_STALE_S
+        who = f"pid {pid} on {host}, since {holder.get('since')}"
+        if not stale:
+            raise LayergeomError(
+                f"{self.job}: another instance ({who}) is working in {self.work}; wait for it to end or stop it "
+                f"(a lock whose holder is gone is taken over: a dead PID on {host} at once, after "
+                f"{LOCK_STALE_S / 60:.0f} min without a refresh from another host; or remove {self.path})"
+            )
+        log.warning("%s: taking over the stale lock %s (%s: %s)", self.job, self.path, who,
+                    "no longer running" if here else f"not refreshed for {age / 60:.0f} min")  # fmt: skip
+        self.path.unlink(missing_ok=True)
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return
+
+    def release(self) -> None:
+        """Give the lock back: remove its file (unless another instance took it over meanwhile)."""
+        if not self.held:
+            return
+        self.held = False
+        self._stop.set()
+        _HELD.pop(self.path.absolute(), None)
+        try:
+            if json.loads(self.path.read_text()).get("pid") == os.getpid():
+                self.path.unlink()
+        except (OSError, ValueError):
+            pass  # gone, or taken over
 
 
 # ---- snapshots of a loop's state ----------------------------------------------------------------------------
@@ -163,6 +414,7 @@ class Snapshots:
         self.saved = 0  # snapshots written by this process
         self._read_done = None  # steps finished by the snapshot read at the start (None: not read yet)
         self._last = None
+        self.lock: WorkLock | None = None
 
     @property
     def done(self) -> int:
@@ -172,6 +424,7 @@ class Snapshots:
 
     def _peek(self) -> None:
         if self._read_done is None:
+            self.lock = self.lock or WorkLock.hold(self.work, self.name)  # one instance of this job works here
             self._last = self._read()
             self._read_done = 0 if self._last is None else self._last["done"]
 
@@ -197,12 +450,14 @@ class Snapshots:
                     self.path.unlink(missing_ok=True)
                     return None
                 arrays = {k: z[k] for k in z.files if k != "__meta__"}
-        except Exception as err:  # noqa: BLE001  (torn zip, empty file, bad JSON: whatever it is, start afresh)
-            log.warning("%s: unreadable snapshot %s (%s); starting afresh", self.name, self.path, err)
+            out = {"done": int(meta["done"]), "state": unpack(meta["tree"], arrays)}
+        except Exception as err:  # noqa: BLE001  (torn zip, empty file, bad JSON, damaged tree: start afresh)
+            log.warning("%s: unreadable snapshot %s (%s: %s); removed, starting afresh", self.name, self.path,
+                        type(err).__name__, err)  # fmt: skip
             self.path.unlink(missing_ok=True)
             return None
-        log.info("%s: resuming after step %d from %s", self.name, meta["done"], self.path)
-        return {"done": int(meta["done"]), "state": unpack(meta["tree"], arrays)}
+        log.info("%s: resuming after step %d from %s", self.name, out["done"], self.path)
+        return out
 
     def due(self) -> bool:
         return self.every_s is not None and time.monotonic() - self.last >= self.every_s
@@ -215,6 +470,7 @@ class Snapshots:
         """
         if not (force or self.due()):
             return False
+        self._peek()  # holds the lock
         t0 = time.monotonic()
         tree, arrays = pack(state())
         meta = json.dumps({"key": self.key, "done": int(done), "tree": tree, "format": FORMAT})
@@ -234,11 +490,16 @@ class Snapshots:
         return True
 
     def clear(self) -> None:
-        """Remove the snapshot (the outputs are written), any temporary a killed save left of it, and the work
-        folder if nothing else is in it (the work of jobs running beside this one stays)."""
-        if self.work.is_dir():
-            remove_stale_temporaries(self.path)
-        remove_work(self.work, [self.path.name])
+        """Remove the snapshot (the outputs are written), any temporary a killed save left of it, the lock and
+        the work folder if nothing else is in it (the work of jobs running beside this one stays). Never raises
+        (a failure is logged): the outputs are in place."""
+        try:
+            if self.work.is_dir():
+                remove_stale_temporaries(self.path)
+        except OSError as err:
+            log.warning("%s: could not remove temporaries in %s (%s)", self.name, self.work, err)
+        remove_work(self.work, [self.path.name], lock=self.lock)
+        self.lock = None
 
 
 # ---- state trees <-> (JSON, arrays) -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -250,28 +251,64 @@ def dump_activations(
     return ActivationStore(Path(out_dir))
 
 
+def _rows_sha256(path: Path, start: int, stop: int) -> str:
+    """sha256 of rows start..stop of a (rows, d) .npy file, read in chunks of ~64 MB."""
+    mm = np.load(path, mmap_mode="r")
+    step = max(1, (64 << 20) // max(1, mm[0].nbytes))
+    h = hashlib.sha256()
+    for a in range(start, stop, step):
+        h.update(np.ascontiguousarray(mm[a : min(stop, a + step)]).data)
+    return h.hexdigest()
+
+
+def _kept_windows(tmp: Path, marker: Path, key: str, names, shape, np_dtype, T: int) -> tuple[int, dict]:
+    """The windows done of a killed dump and the row segments its marker recorded, if its files still hold them
+    (each memmap's header, shape and size, and each segment's sha256); else (0, {}), logged."""
+    from .resume import item_done, npy_problem
+
+    if not item_done(marker, key):
+        return 0, {}
+    rec = json.loads(marker.read_text())
+    done, segments = int(rec["windows_done"]), rec.get("segments", {})
+    for nm in names:
+        problem = npy_problem(tmp / f"{nm}.npy", shape, np_dtype)
+        segs = segments.get(nm, [])
+        if problem is None and sum(b - a for a, b, _ in segs) != done * T:
+            problem = f"{nm}.npy: its marker records {sum(b - a for a, b, _ in segs)} rows, not {done * T}"
+        for a, b, digest in segs if problem is None else ():
+            if _rows_sha256(tmp / f"{nm}.npy", a, b) != digest:
+                problem = f"{nm}.npy: rows {a}..{b} are not those its marker recorded (another sha256)"
+                break
+        if problem:
+            log.warning("activations: the store in %s is damaged (%s); starting afresh", tmp, problem)
+            return 0, {}
+    return done, segments
+
+
 def _resumable_dump(out_dir, fill, names, shape, dtype, needed, snapshot_s, inputs, settings) -> None:
     """dump_activations' resumable path: the store grows in .partial/<name>/, and <name>.progress.json holds the
-    key and the windows done (written after the memmaps are flushed); at the end the store moves into place."""
+    key, the windows done and the sha256 of the rows of each snapshot (written after the memmaps are flushed),
+    checked before a resume; at the end the store moves into place. One instance at a time (a lock)."""
     import time
 
-    from .resume import item_done, job_key, mark_done, remove_work, work_dir
+    from .resume import WorkLock, job_key, mark_done, remove_work, work_dir
 
     out_dir = Path(out_dir)
     work = work_dir(out_dir)
+    lock = WorkLock.hold(work, out_dir.name)
     tmp, marker = work / out_dir.name, work / f"{out_dir.name}.progress.json"
     key = job_key("activations", inputs, settings)
-    start = 0
-    if item_done(marker, key) and all((tmp / f"{nm}.npy").exists() for nm in names):
-        start = int(json.loads(marker.read_text())["windows_done"])
+    T = settings["window_tokens"]
+    start, segments = _kept_windows(tmp, marker, key, names, shape, STORE_DTYPES[dtype], T)
+    if start:
         held = {nm: np.load(tmp / f"{nm}.npy", mmap_mode="r+") for nm in names}
         log.info("activations: resuming after %d windows from %s", start, tmp)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
         marker.unlink(missing_ok=True)
         tmp.mkdir(parents=True)
-        held = {}
-    last = [time.monotonic()]
+        held, segments = {}, {}
+    last, recorded = [time.monotonic()], [start]
 
     def saved(done: int) -> None:  # the windows before `done` are written
         if time.monotonic() - last[0] < snapshot_s:
@@ -279,8 +316,12 @@ def _resumable_dump(out_dir, fill, names, shape, dtype, needed, snapshot_s, inpu
         last[0] = time.monotonic()
         for mm in held.values():
             mm.flush()  # msync: on disk before the record that says so
+        a, b = recorded[0] * T, done * T
+        for nm in names:  # (rows a..b of each boundary: the windows since the last record)
+            segments.setdefault(nm, []).append([a, b, _rows_sha256(tmp / f"{nm}.npy", a, b)])
+        recorded[0] = done
         try:
-            mark_done(marker, key, windows_done=done)
+            mark_done(marker, key, windows_done=done, segments=segments)
         except OSError as err:  # no record this time: the dump goes on (a resume starts from the last one)
             log.warning("activations: could not record the windows done (%s); going on without it", err)
             return
@@ -296,7 +337,7 @@ def _resumable_dump(out_dir, fill, names, shape, dtype, needed, snapshot_s, inpu
         held.clear()
         shutil.rmtree(tmp, ignore_errors=True)
         marker.unlink(missing_ok=True)
-        remove_work(work, [])
+        remove_work(work, [], lock=lock)
         raise
     held.clear()  # the memmaps closed before the folder moves
     if out_dir.exists():
@@ -304,7 +345,7 @@ def _resumable_dump(out_dir, fill, names, shape, dtype, needed, snapshot_s, inpu
     os.replace(tmp, out_dir)
     marker.unlink(missing_ok=True)
     remove_stale_temporaries(marker)  # a record a killed try was writing
-    remove_work(work, [])
+    remove_work(work, [], lock=lock)
 
 
 #: largest squared norm of an activation row that float32 holds: beyond it norms, Gram matrices and kNN

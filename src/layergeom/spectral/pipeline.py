@@ -16,11 +16,9 @@ Only the Jacobian job imports torch.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -30,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import save_npy, write_tsv
-from ..resume import PARTIAL, Snapshots, code_id, file_id, item_done
+from ..resume import Snapshots, WorkLock, file_id, item_done, job_key, machine_id, mark_done, remove_work, work_dir
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
 from .cumulative import VARIANTS, cumulative_rows
@@ -114,9 +112,7 @@ class BoundaryFiles(Mapping):
 
 
 # ---- rule spectra_jacobians_<model> ----------------------------------------------------------------
-#: bump when the files of a boundary change meaning, so that no partial result of older code is reused
-RESUME_FORMAT = 1
-SUFFIXES = ("npy", "groups", "tsv", "json")  # the json (with the resume key) is written last
+SUFFIXES = ("npy", "groups", "tsv", "json")  # a boundary's files; its marker {boundary}.done.json comes last
 
 
 def weights_id(weights, model) -> dict | str:
@@ -126,30 +122,26 @@ def weights_id(weights, model) -> dict | str:
     return weights_sha256(model.state_dict()) if weights is None else file_id(weights)
 
 
-def resume_key(store, name: str, settings: JacobianSettings, seed: int, weights: dict | str) -> str:
-    """sha256 of everything a boundary's files depend on: the weights (:func:`weights_id`), the activation
-    store (its store.json, index and the boundary's states), the settings and the seed."""
-    ids = {
-        "format": RESUME_FORMAT,
-        "code": code_id(),
-        "boundary": name,
-        "weights": weights,
-        "store": (store.path / "store.json").read_text(),
-        "index": file_id(store.path / "index.npy"),
-        "states": file_id(store.path / f"{name}.npy"),
-        "settings": asdict(settings),
-        "seed": seed,
-    }
-    return hashlib.sha256(json.dumps(ids, sort_keys=True).encode()).hexdigest()
+def resume_key(store, name: str, settings: JacobianSettings, seed: int, weights: dict | str, machine: dict) -> str:
+    """:func:`layergeom.resume.job_key` of everything a boundary's files depend on: the activation store (its
+    store.json, index and the boundary's states), the weights (:func:`weights_id`), the settings, the seed, and
+    the device and thread counts (``resume.machine_id``: they change the rounding)."""
+    inputs = [store.path / "store.json", store.path / "index.npy", store.path / f"{name}.npy"]
+    return job_key("spectra_jacobians", inputs, {"boundary": name, "weights": weights, "settings": asdict(settings),
+                                                 "seed": seed, "machine": machine})  # fmt: skip
 
 
 def _partial_paths(work: Path, name: str) -> dict[str, Path]:
     return {k: work / f"{name}.{'groups.npy' if k == 'groups' else k}" for k in SUFFIXES}
 
 
+def _marker(work: Path, name: str) -> Path:
+    return work / f"{name}.done.json"
+
+
 def _finished(work: Path, name: str, key: str) -> bool:
-    paths = _partial_paths(work, name)
-    return all(p.exists() for p in paths.values()) and item_done(paths["json"], key)
+    """Whether a boundary's marker holds this key and its files still match their recorded size and sha256."""
+    return item_done(_marker(work, name), key, [p.name for p in _partial_paths(work, name).values()])
 
 
 def boundary_jacobians(
@@ -167,9 +159,11 @@ def boundary_jacobians(
     outputs maps a boundary name to its files {"npy", "groups", "json", "tsv"} (jacobians/{b}.npy,
     .groups.npy, .json, .tsv). Each boundary's files are written, as it finishes, into the sibling work
     folder ``.partial/`` (never declared to Snakemake, which deletes the declared outputs of a failed job),
-    the ``.json`` last with a key of the weights, activations, settings and seed (:func:`resume_key`); a
-    restarted job reuses every boundary whose key matches and computes the rest. When all are done the files
-    move into place and the work folder goes. ``weights`` is the weights file (None: hash the tensors).
+    then its marker ``{boundary}.done.json`` with a key of the weights, activations, settings, seed, device and
+    threads (:func:`resume_key`) and each file's size and sha256 (``layergeom.resume``); a restarted job reuses
+    every boundary whose key and files match and computes the rest. One instance at a time works in the folder
+    (a lock). When all are done the files move into place and the work folder goes. ``weights`` is the weights
+    file (None: hash the tensors).
     Returns name -> ``BoundaryJacobian`` for the boundaries computed in this call (reused ones are not loaded).
     """
     import torch
@@ -202,12 +196,15 @@ def boundary_jacobians(
         return torch.from_numpy(np.ascontiguousarray(ids[rows[idx][:, None] - np.arange(p, -1, -1)[None, :]]))
 
     wid = weights_id(weights, adapter.model)
+    machine = machine_id(str(adapter.device), torch_threads=True)
+    missing = [n for n in boundaries if n not in store.names]
+    if missing:
+        raise LayergeomError(f"boundary {missing[0]} is not in the activation store {store.path}")
+    locks = {w: WorkLock.hold(w, "jacobians") for w in dict.fromkeys(work_dir(outputs[n]["npy"]) for n in boundaries)}
     results, reused = {}, []
     for name in progress(boundaries, desc="jacobians", unit="boundary"):
-        if name not in store.names:
-            raise LayergeomError(f"boundary {name} is not in the activation store {store.path}")
-        work = Path(outputs[name]["npy"]).parent / PARTIAL
-        key = resume_key(store, name, cfg, seed, wid)
+        work = work_dir(outputs[name]["npy"])
+        key = resume_key(store, name, cfg, seed, wid, machine)
         if _finished(work, name, key):
             log.info("%s: reusing the finished result in %s", name, work)
             reused.append(name)
@@ -240,31 +237,26 @@ def boundary_jacobians(
             "dtype": cfg.dtype,
             "n_windows": int(len(np.unique(windows))),
             "summary_samples": int(len(summary_idx)),
-            "key": key,
         }
         part = _partial_paths(work, name)
+        _marker(work, name).unlink(missing_ok=True)  # files of another key are rewritten below
         save_npy(res.mean, part["npy"])
         save_npy(res.group_means.astype(np.float32), part["groups"])
         write_tsv(table[SUMMARY_COLUMNS], part["tsv"])
         with atomic_path(part["json"]) as tmp:
             tmp.write_text(json.dumps(meta, indent=2) + "\n")
+        mark_done(_marker(work, name), key, [p.name for p in part.values()])
         log.info("%s: J̄ over %d samples (%s), ‖J̄‖_F = %.4g", name, res.n_samples, res.method, np.linalg.norm(res.mean))
         results[name] = res
     if reused:
         log.info("resumed: %d boundaries reused, %d computed", len(reused), len(results))
-    for name in boundaries:  # all finished: move into place, the json last and without the resume key
-        part = _partial_paths(Path(outputs[name]["npy"]).parent / PARTIAL, name)
+    for name in boundaries:  # all finished: move into place
+        part = _partial_paths(work_dir(outputs[name]["npy"]), name)
         for k in SUFFIXES:
             Path(outputs[name][k]).parent.mkdir(parents=True, exist_ok=True)
-            if k == "json":  # the key names files by path and mtime: it must not make two runs' outputs differ
-                meta = json.loads(part[k].read_text())
-                meta.pop("key", None)
-                with atomic_path(outputs[name][k]) as tmp:
-                    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-            else:
-                os.replace(part[k], outputs[name][k])
-    for work in {Path(outputs[n]["npy"]).parent / PARTIAL for n in boundaries}:
-        shutil.rmtree(work, ignore_errors=True)
+            os.replace(part[k], outputs[name][k])
+    for work, lock in locks.items():
+        remove_work(work, lock=lock)
     return results
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import read_tsv, write_tsv
-from ..resume import item_done, job_key, mark_done, remove_work, work_dir
+from ..resume import WorkLock, item_done, job_key, machine_id, mark_done, remove_work, work_dir
 from ..runtime import LayergeomError, progress
 from ..store import ActivationStore
 from .communities import BoundaryTopology, boundary_topology
@@ -60,27 +60,32 @@ def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes
     """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each.
 
     Resumable after a kill (``layergeom.resume``): each boundary's three files go into ``.partial/`` next to
-    them as it finishes, then a marker with the key of its states, the settings and the seed; a restarted job
-    skips the boundaries whose marker matches. When all are done the files move into place.
+    them as it finishes, then a marker with the key of its states, the settings, the seed and the machine
+    (threads) and each file's size and sha256; a restarted job skips the boundaries whose marker and files
+    match. One instance at a time works in the folder (a lock). When all are done the files move into place.
     """
     if not len(boundaries) == len(nodes) == len(edges) == len(sweeps):
         raise LayergeomError("one nodes, edges and sweep path per boundary")
     store = ActivationStore(store_dir)  # opened once for all boundaries
     jobs = list(zip(boundaries, nodes, edges, sweeps))
+    missing = [b for b in boundaries if b not in store.boundaries]
+    if missing:
+        raise LayergeomError(f"boundary {missing[0]} is not in the activation store {store.path} ({store.boundaries})")
+    locks = {w: WorkLock.hold(w, "graphs") for w in dict.fromkeys(work_dir(n) for n in nodes)}
+    machine = machine_id()
     reused = 0
     for b, *paths in progress(jobs, desc="graphs", unit="boundary"):
-        if b not in store.boundaries:
-            raise LayergeomError(f"boundary {b} is not in the activation store {store.path} ({store.boundaries})")
         work = work_dir(paths[0])
         key = job_key("topology_graph", [store.path / f for f in ("store.json", "index.npy", f"{b}.npy")],
-                      {"boundary": b, "topology": cfg, "seed": seed})  # fmt: skip
+                      {"boundary": b, "topology": cfg, "seed": seed, "machine": machine})  # fmt: skip
         marker = work / f"{b}.done.json"
-        if item_done(marker, key) and all((work / Path(p).name).exists() for p in paths):
+        names = [Path(p).name for p in paths]
+        if item_done(marker, key, names):
             reused += 1
             continue
         marker.unlink(missing_ok=True)  # files of another key may be half rewritten below
-        write_topology(store_topology(store, b, cfg, seed), *(work / Path(p).name for p in paths))
-        mark_done(marker, key)
+        write_topology(store_topology(store, b, cfg, seed), *(work / n for n in names))
+        mark_done(marker, key, names)
     if reused:
         log.info("graphs: resumed, %d boundaries reused, %d computed", reused, len(jobs) - reused)
     for b, *paths in jobs:  # all finished: move into place
@@ -88,8 +93,8 @@ def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes
         for p in paths:
             os.replace(work / Path(p).name, p)
         (work / f"{b}.done.json").unlink()
-    for work in {work_dir(n) for n in nodes}:  # this job's alone (one graph job per checkpoint)
-        remove_work(work)
+    for work, lock in locks.items():  # this job's alone (one graph job per checkpoint)
+        remove_work(work, lock=lock)
 
 
 def checkpoint_coupling(boundaries, graph_paths, sweep_paths, jacobian_paths, spectra_path, cfg: dict, seed: int):
