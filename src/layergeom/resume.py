@@ -310,20 +310,22 @@ class WorkLock:
         if self.held:
             return
         check_work_dir(self.work)
-        for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                self._take_over_if_stale()
-                continue
-            except OSError as err:
-                raise LayergeomError(f"cannot keep work in {self.work}: {err.strerror or err}; make it a writable "
-                                     "folder or remove it") from None  # fmt: skip
-            with os.fdopen(fd, "w") as fh:
-                fh.write(json.dumps(self._me()) + "\n")
-            break
-        else:
-            raise LayergeomError(f"{self.job}: could not take the lock {self.path}; remove it and rerun")
+        tmp = self.work / f".{self.job}.lock.{socket.gethostname()}.{os.getpid()}"
+        try:
+            tmp.write_text(json.dumps(self._me()) + "\n")
+            for _ in range(3):
+                try:
+                    os.link(tmp, self.path)  # atomic, with its content, and safe on NFS: exists -> FileExistsError
+                    break
+                except FileExistsError:
+                    self._take_over_if_stale()
+            else:
+                raise LayergeomError(f"{self.job}: could not take the lock {self.path}; remove it and rerun")
+        except OSError as err:
+            raise LayergeomError(f"cannot keep work in {self.work}: {err.strerror or err}; make it a writable "
+                                 "folder or remove it") from None  # fmt: skip
+        finally:
+            tmp.unlink(missing_ok=True)
         self.held = True
         _HELD[self.path.absolute()] = self
         atexit.register(self.release)
