@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from .adapters import MODEL_TYPES, adapter_class
-from .fetch import EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
+from .fetch import DOWNLOAD_JSON, EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
 from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
@@ -518,6 +518,8 @@ def materialize(
                     f"'{hub_dir}': the workflow's `download` rule fetches them on the submitting host"
                 )
             hub_dir = Path(hub_dir)
+            record = hub_dir / DOWNLOAD_JSON
+            info["hub_commit"] = json.loads(record.read_text()).get("commit") if record.exists() else None
             check_weight_files(hub_dir, f"delete {hub_dir} and rerun to download it again", allow_bin=True)
             model, tok = _from_pretrained(str(hub_dir), None, mcfg, name=model_name, local_files_only=True)
         elif source == "local":
