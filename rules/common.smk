@@ -19,6 +19,7 @@ from snakemake.exceptions import WorkflowError
 
 from layergeom import config as lgconfig
 from layergeom.fetch import loaded_files
+from layergeom.modelinfo import complete_model
 from layergeom.names import (
     block_input_names,
     boundaries_for,
@@ -34,6 +35,9 @@ from layergeom.spectral.settings import JacobianSettings
 
 try:
     lgconfig.validate(config)
+    # family and n_layers from the model's config where left out; a contradicting family stops here
+    for _m, _mc in config["models"].items():
+        complete_model(_m, _mc)
 except LayergeomError as err:
     raise WorkflowError(str(err))
 
@@ -103,7 +107,7 @@ def n_layers(model):
         return int(h.get("num_hidden_layers") or h.get("n_layer"))
     raise WorkflowError(
         f"models.{model}: set n_layers (the number of blocks) to fan out per-layer jobs"
-    )
+    )  # complete_model filled it in where the model's config was readable
 
 
 def boundaries(model):

@@ -58,6 +58,8 @@ rule download:
             model_cfg(wc.model)["checkpoints"][wc.checkpoint] or {}
         ).get("revision"),
         trust_remote_code=lambda wc: model_cfg(wc.model)["trust_remote_code"],
+        family=lambda wc: model_cfg(wc.model)["family"],
+        n_layers=lambda wc: model_cfg(wc.model)["n_layers"],
     script:
         "../scripts/download.py"
 
