@@ -237,8 +237,12 @@ def configured_source(name: str, mcfg: dict) -> tuple[dict | None, str | None]:
 
 def complete_model(name: str, mcfg: dict) -> dict:
     """Fill in a workflow model's ``family`` and ``n_layers`` from its config where the user left them out, and
-    refuse ones that contradict it; returns mcfg. Without a readable config, what is missing is asked for."""
-    cfg, where = configured_source(name, mcfg)
+    refuse ones that contradict it; returns mcfg. Without a readable config, what is missing is asked for (a
+    config that is there but unreadable is reported by materialize, which names the key that points at it)."""
+    try:
+        cfg, where = configured_source(name, mcfg)
+    except LayergeomError:
+        cfg, where = None, None
     if cfg is not None:
         model_type = cfg.get("model_type")
         if model_type in MODEL_TYPE_FAMILY:
