@@ -483,6 +483,19 @@ def training_tables(model):
     return [f"results/{model}/{c}/{t}" for c in checkpoints(model) for t in tables]
 
 
+# ---- the report: headline tables and manifests next to the figures ------------------------------------
+def table_report(path, name, category="Tables"):
+    """A per-checkpoint result file in `snakemake --report`: one subcategory per table, labelled by model and
+    checkpoint, captioned by report/table_{name}.rst."""
+    return report(
+        path,
+        caption=f"../report/table_{name}.rst",
+        category=category,
+        subcategory=name,
+        labels=lambda wc: {"model": wc.model, "checkpoint": wc.checkpoint},
+    )
+
+
 # ---- final outputs -----------------------------------------------------------------------------
 FINAL_OUTPUTS = []
 

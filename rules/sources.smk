@@ -170,7 +170,9 @@ rule manifest:
         windows_meta="results/{model}/windows.json",
         activations="results/{model}/{checkpoint}/activations",  # every store has a manifest, whatever it keeps
     output:
-        "results/{model}/{checkpoint}/manifest.json",
+        table_report(
+            "results/{model}/{checkpoint}/manifest.json", "manifest", "Provenance"
+        ),
     log:
         "logs/manifest/{model}/{checkpoint}.log",
     benchmark:
