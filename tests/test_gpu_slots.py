@@ -39,9 +39,9 @@ def two_gpus(tmp_path, monkeypatch):
     smi.write_text("#!/bin/sh\necho 'GPU 0: Fake A (UUID: GPU-aaaa)'\necho 'GPU 1: Fake B (UUID: GPU-bbbb)'\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv(runtime.GPUS_GIVEN, raising=False)
-    monkeypatch.delenv(runtime.ALLOW_CPU_FALLBACK, raising=False)
+    for name in ("CUDA_VISIBLE_DEVICES", runtime.GPUS_GIVEN, runtime.ALLOW_CPU_FALLBACK):
+        monkeypatch.setenv(name, "")  # recorded, so that what a job sets here is undone after the test
+        monkeypatch.delenv(name)
     monkeypatch.setenv(runtime.GPU_LOCK_DIR, str(tmp_path / "slots"))
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))
     return tmp_path
@@ -143,6 +143,10 @@ def test_a_cpu_job_and_the_fallback_run(two_gpus, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with workflow.job(fake_job(two_gpus, gpu=0)):  # no gpu resource: nothing claimed, nothing checked
         assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # inherited from the run by a CPU job (corpus, windows)
+    with workflow.job(fake_job(two_gpus, gpu=0)):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     monkeypatch.setenv(runtime.ALLOW_CPU_FALLBACK, "1")
     with workflow.job(fake_job(two_gpus, gpu=1)):
         assert os.environ["CUDA_VISIBLE_DEVICES"] in ("0", "1")

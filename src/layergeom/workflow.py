@@ -27,7 +27,8 @@ def job(snakemake, seed: int | None = None, threads: int | None = None):
         sys.stderr = stream
     try:
         # a GPU job takes its own device (CUDA_VISIBLE_DEVICES) before torch initialises CUDA
-        claim_gpus(int(getattr(getattr(snakemake, "resources", None), "gpu", 0) or 0))
+        gpus = int(getattr(getattr(snakemake, "resources", None), "gpu", 0) or 0)
+        claim_gpus(gpus)
         env = {k: os.environ.get(k, "") for k in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
         log.info(
             "job rule=%s host=%s slurm_job_id=%s cuda_visible_devices=%s",
@@ -36,7 +37,8 @@ def job(snakemake, seed: int | None = None, threads: int | None = None):
             env["SLURM_JOB_ID"] or "none",
             env["CUDA_VISIBLE_DEVICES"] or "none",
         )
-        check_given_gpus()  # a GPU job whose torch sees no GPU stops here, before it loads anything
+        if gpus:  # a GPU job whose torch sees no GPU stops here, before it loads anything
+            check_given_gpus()
         set_determinism(0 if seed is None else seed, threads or getattr(snakemake, "threads", None))
         yield
     except LayergeomError as err:
