@@ -182,3 +182,16 @@ def test_inspect_reads_a_hub_config_from_the_cache(cache, offline, model_files, 
     assert cli.main(["inspect", "org/not-cached"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not in the Hugging Face cache" in err
+
+
+def test_the_workflow_reads_a_cached_hub_config_at_dag_time(cache, offline, model_files):
+    from layergeom import modelinfo
+
+    hub = {"source": "hub", "id": REPO, "checkpoints": {"main": {"revision": "main"}, "init": {"init": True}}}
+    with pytest.raises(LayergeomError, match="set family and n_layers"):  # nothing cached: the user must say
+        modelinfo.complete_model("p", dict(hub))
+    fill_cache(cache, {"config.json": model_files / "config.json"})
+    m = modelinfo.complete_model("p", dict(hub))
+    assert m["family"] == "gpt_neox" and m["n_layers"] == 2
+    with pytest.raises(LayergeomError, match=r"models\.p: family 'llama' contradicts .*Hugging Face cache"):
+        modelinfo.complete_model("p", {**hub, "family": "llama"})

@@ -204,8 +204,10 @@ def check_given_gpus(environ=None) -> None:
     env = os.environ if environ is None else environ
     if not gpus_given(env):
         return
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # an env without torch cannot use the GPU it was given either
+        raise LayergeomError("this job was given a GPU but its environment has no torch") from None
     if torch.cuda.is_available():
         return
     build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
