@@ -136,3 +136,15 @@ def test_workflow_infers_family_and_layers_and_refuses_a_wrong_family_at_dag_tim
     bad = dry_run(tmp_path, {"tiny-gpt2": tiny, "g": {**local, "family": "gpt_neox"}})
     assert bad.returncode != 0 and "models.g: family 'gpt_neox' contradicts" in bad.stdout + bad.stderr
     assert not (tmp_path / "wd" / "resources" / "models").exists()
+
+
+def test_the_console_script_is_declared():
+    import importlib
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, func = scripts["layergeom"].split(":")
+    assert getattr(importlib.import_module(module), func) is cli.main
+    res = subprocess.run([sys.executable, "-m", "layergeom.cli", "inspect", "--help"], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}, timeout=120)  # fmt: skip
+    assert res.returncode == 0 and "hub id" in res.stdout

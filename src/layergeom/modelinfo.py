@@ -208,7 +208,9 @@ def gguf_config(path: str | os.PathLike) -> dict:
 def configured_source(name: str, mcfg: dict) -> tuple[dict | None, str | None]:
     """The config dict of a workflow model, where it is readable without a download, and where it came from:
     ``hf_config`` (sources config, train), the reference checkpoint's ``config.json`` (local), the GGUF
-    metadata (gguf with a path), the Hugging Face cache (hub); (None, None) when none is at hand."""
+    metadata (gguf with a path), for hub the download rule's ``resources/hub/{name}/{checkpoint}/`` (relative to
+    the working directory: what a cluster job that parses the workflow again sees), else the Hugging Face
+    cache; (None, None) when none is at hand."""
     source = mcfg.get("source")
     cks = [c or {} for c in (mcfg.get("checkpoints") or {}).values()]
     ref = next((c for c in cks if not c.get("init")), {})
@@ -223,6 +225,10 @@ def configured_source(name: str, mcfg: dict) -> tuple[dict | None, str | None]:
         path = ref.get("path") or mcfg.get("path")
         return (gguf_config(path), path) if path and Path(path).is_file() else (None, None)
     if source == "hub" and mcfg.get("id"):
+        ref_key = next((k for k, c in (mcfg.get("checkpoints") or {}).items() if not (c or {}).get("init")), None)
+        fetched = Path("resources/hub") / name / str(ref_key) / "config.json"  # the download rule's output
+        if ref_key is not None and fetched.is_file():
+            return read_json(fetched), str(fetched)
         try:
             cached = hub_config_path(mcfg["id"], ref.get("revision"), cached_only=True)
         except Exception:  # an id the hub client refuses: the download rule reports it
