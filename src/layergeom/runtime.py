@@ -128,10 +128,14 @@ def host_gpus(environ=None) -> list[str]:
 
 
 def gpu_lock_dir(environ=None) -> Path:
-    """The folder of this host's GPU slot locks: $LAYERGEOM_GPU_LOCK_DIR, else one per user in the temp folder."""
+    """The folder of this host's GPU slot locks: $LAYERGEOM_GPU_LOCK_DIR, else /tmp/layergeom-gpu-slots-{uid}.
+
+    /tmp rather than $TMPDIR: an executor may give each job a TMPDIR of its own, and the jobs of one host must
+    all see the same locks."""
     env = os.environ if environ is None else environ
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(env.get(GPU_LOCK_DIR) or Path(tempfile.gettempdir()) / f"layergeom-gpu-slots-{uid}")
+    tmp = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
+    return Path(env.get(GPU_LOCK_DIR) or tmp / f"layergeom-gpu-slots-{uid}")
 
 
 def _try_lock(path: Path):
