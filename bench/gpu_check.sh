@@ -3,14 +3,18 @@
 #   1. the whole test config (config/test.yaml, five tiny families) end to end with `device: cuda`;
 #   2. float32 vs bfloat16 weights (`models.<m>.dtype`) of two tiny models: how far the result tables move
 #      (skipped, with a note, when this version of the workflow has no dtype key);
-#   3. bench/gpu_jacobians.py: the exact Jacobians at d=4096 (structured and autodiff, timed, FLOP rate).
+#   3. bench/gpu_jacobians.py: the exact Jacobians at d=4096 (structured and autodiff, timed, FLOP rate);
+#   4. GPU slots: two concurrent jobs on two GPUs get different devices (the physical GPU's UUID as torch sees
+#      it in each), and the test config's activation jobs with --resources gpu=2 log both slots (skipped,
+#      with a note, on a machine with fewer than two GPUs); on any GPU machine, every model job's log names
+#      its device.
 #
 #   bash bench/gpu_check.sh [OUTDIR]       # OUTDIR default: $OUT, else bench/results
 #
 # Needs a Python with torch (a CUDA build), transformers, snakemake and the project's other dependencies
 # (PYTHON=..., default .venv/bin/python, else python3); it installs nothing (GPU machines may be offline) and
 # stops at once with a message when torch, CUDA or snakemake is missing. Each stage has its own time limit
-# (GPU_CHECK_E2E_S, GPU_CHECK_DTYPE_S, GPU_CHECK_JAC_S seconds); a stage that fails or runs out is reported
+# (GPU_CHECK_E2E_S, GPU_CHECK_DTYPE_S, GPU_CHECK_JAC_S, GPU_CHECK_SLOTS_S seconds); a stage that fails or runs out is reported
 # and the next one still runs. Exit status: 0 when every stage that ran passed.
 # GPU_CHECK_DEVICE=cpu runs the same stages on the CPU (small Jacobian width), to try the script without a GPU.
 set -uo pipefail
@@ -19,6 +23,7 @@ OUTDIR=${1:-${OUT:-$ROOT/bench/results}}
 E2E_S=${GPU_CHECK_E2E_S:-150}
 DTYPE_S=${GPU_CHECK_DTYPE_S:-75}
 JAC_S=${GPU_CHECK_JAC_S:-90}
+SLOTS_S=${GPU_CHECK_SLOTS_S:-120}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python
@@ -168,7 +173,64 @@ else
 fi
 say "   exit $rc in ${e}s"
 
+# ---- 4. GPU slots: concurrent jobs on different GPUs -------------------------------------------------------
+say "4. GPU slots (limit ${SLOTS_S}s)"
+note "## 4. GPU slots: one device per concurrent GPU job"
+note ""
+n_dev_logs=$(grep -rl "device: $DEVICE" "$WORK/e2e/logs" 2>/dev/null | wc -l)
+note "Stage 1: ${n_dev_logs} job logs name their device, e.g. \`$(grep -rh "device: $DEVICE" "$WORK/e2e/logs" 2>/dev/null | head -1 | sed 's/^.*INFO //')\`."
+note ""
+n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "$DEVICE" != cuda ] || [ "${n_gpus:-0}" -lt 2 ]; then
+    note "Two concurrent jobs on two GPUs: skipped (${n_gpus:-0} GPU(s) on this machine, device $DEVICE)."
+    say "   skipped (${n_gpus:-0} GPUs)"
+else
+    s=$(date +%s)
+    export LAYERGEOM_GPU_LOCK_DIR="$WORK/slots"
+    pids=()
+    for j in a b; do  # each takes a slot as a job does, then reports the GPU torch sees and holds it
+        timeout --kill-after=10 "$SLOTS_S" env -u CUDA_VISIBLE_DEVICES "$PY" - "$WORK/slot-$j" "$WORK" <<'EOF' &
+import os, sys, time
+from pathlib import Path
+from layergeom.runtime import claim_gpus
+claim_gpus(1)
+import torch
+p = torch.cuda.get_device_properties(0)
+Path(sys.argv[1]).write_text(f"{os.environ['CUDA_VISIBLE_DEVICES']} {p.uuid} {p.name}")
+while len(list(Path(sys.argv[2]).glob("slot-?"))) < 2:  # both hold their slot at once
+    time.sleep(0.1)
+time.sleep(1)
+EOF
+        pids+=($!)
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    a=$(cat "$WORK/slot-a" 2>/dev/null); b=$(cat "$WORK/slot-b" 2>/dev/null)
+    if [ $rc -eq 0 ] && [ -n "$a" ] && [ -n "$b" ] && [ "${a#* }" != "${b#* }" ]; then
+        note "Two concurrent jobs: \`$a\` and \`$b\` (CUDA_VISIBLE_DEVICES, UUID, name): different GPUs."
+    else
+        status=1
+        note "FAILED (exit $rc): the two concurrent jobs saw \`${a:-nothing}\` and \`${b:-nothing}\`."
+    fi
+    # the workflow: the activation jobs of the test config, two GPU jobs at a time
+    timeout --kill-after=20 "$SLOTS_S" "$PY" -m snakemake -s "$ROOT/Snakefile" -d "$WORK/slots-wf" \
+        --cores "$NCPU" --resources gpu=2 --configfile config/test.yaml --config device=cuda -q \
+        --until activations >"$WORK/slots-wf.log" 2>&1
+    rc=$?
+    used=$(grep -rhoE "cuda_visible_devices=[0-9]+" "$WORK/slots-wf/logs/activations" 2>/dev/null | sort | uniq -c \
+        | awk '{printf "%s%s x%s", sep, $2, $1; sep=", "}')
+    if [ $rc -eq 0 ] && [ "$(echo "$used" | tr ',' '\n' | grep -c x)" -ge 2 ]; then
+        note "Workflow, activation jobs with --resources gpu=2: slots used ${used}."
+    else
+        status=1
+        note "Workflow, activation jobs with --resources gpu=2: exit $rc, slots used: ${used:-none}."
+    fi
+    note ""
+    say "   done in $(($(date +%s) - s))s"
+fi
+
 note ""
 note "Total $(($(date +%s) - t0)) s; work directory $WORK; exit status $status."
+
 say "report: $REPORT (exit $status)"
 exit $status

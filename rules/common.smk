@@ -19,6 +19,7 @@ from snakemake.exceptions import WorkflowError
 
 from layergeom import config as lgconfig
 from layergeom.fetch import loaded_files
+from layergeom.modelinfo import complete_model
 from layergeom.names import (
     block_input_names,
     boundaries_for,
@@ -34,6 +35,9 @@ from layergeom.spectral.settings import JacobianSettings
 
 try:
     lgconfig.validate(config)
+    # family and n_layers from the model's config where left out; a contradicting family stops here
+    for _m, _mc in config["models"].items():
+        complete_model(_m, _mc)
 except LayergeomError as err:
     raise WorkflowError(str(err))
 
@@ -103,7 +107,7 @@ def n_layers(model):
         return int(h.get("num_hidden_layers") or h.get("n_layer"))
     raise WorkflowError(
         f"models.{model}: set n_layers (the number of blocks) to fan out per-layer jobs"
-    )
+    )  # complete_model filled it in where the model's config was readable
 
 
 def boundaries(model):
@@ -477,6 +481,19 @@ def training_tables(model):
     """The per-checkpoint tables (docs/outputs.md) that the dynamics figure follows along the training steps."""
     tables = ("tokenwise.tsv", "spectra.tsv", "cumulative.tsv", "coupling.tsv")
     return [f"results/{model}/{c}/{t}" for c in checkpoints(model) for t in tables]
+
+
+# ---- the report: headline tables and manifests next to the figures ------------------------------------
+def table_report(path, name, category="Tables"):
+    """A per-checkpoint result file in `snakemake --report`: one subcategory per table, labelled by model and
+    checkpoint, captioned by report/table_{name}.rst."""
+    return report(
+        path,
+        caption=f"../report/table_{name}.rst",
+        category=category,
+        subcategory=name,
+        labels=lambda wc: {"model": wc.model, "checkpoint": wc.checkpoint},
+    )
 
 
 # ---- final outputs -----------------------------------------------------------------------------

@@ -58,6 +58,8 @@ rule download:
             model_cfg(wc.model)["checkpoints"][wc.checkpoint] or {}
         ).get("revision"),
         trust_remote_code=lambda wc: model_cfg(wc.model)["trust_remote_code"],
+        family=lambda wc: model_cfg(wc.model)["family"],
+        n_layers=lambda wc: model_cfg(wc.model)["n_layers"],
     script:
         "../scripts/download.py"
 
@@ -168,7 +170,9 @@ rule manifest:
         windows_meta="results/{model}/windows.json",
         activations="results/{model}/{checkpoint}/activations",  # every store has a manifest, whatever it keeps
     output:
-        "results/{model}/{checkpoint}/manifest.json",
+        table_report(
+            "results/{model}/{checkpoint}/manifest.json", "manifest", "Provenance"
+        ),
     log:
         "logs/manifest/{model}/{checkpoint}.log",
     benchmark:

@@ -46,7 +46,7 @@ rule spectra_table:
     input:
         unpack(spectra_inputs),
     output:
-        table="results/{model}/{checkpoint}/spectra.tsv",
+        table=table_report("results/{model}/{checkpoint}/spectra.tsv", "spectra"),
         eigenvalues="results/{model}/{checkpoint}/eigenvalues.tsv",
     log:
         "logs/spectra_table/{model}/{checkpoint}.log",
@@ -66,7 +66,7 @@ rule spectra_cumulative:
     input:
         unpack(spectra_inputs),
     output:
-        "results/{model}/{checkpoint}/cumulative.tsv",
+        table_report("results/{model}/{checkpoint}/cumulative.tsv", "cumulative"),
     log:
         "logs/spectra_cumulative/{model}/{checkpoint}.log",
     benchmark:
@@ -85,7 +85,7 @@ rule spectra_schur:
     input:
         unpack(spectra_inputs),
     output:
-        "results/{model}/{checkpoint}/schur.tsv",
+        table_report("results/{model}/{checkpoint}/schur.tsv", "schur"),
     log:
         "logs/spectra_schur/{model}/{checkpoint}.log",
     benchmark:

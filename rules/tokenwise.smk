@@ -62,7 +62,7 @@ rule tokenwise_summary:
         tables=lambda wc: tokenwise_layer_files(wc, "tsv"),
         kl="results/{model}/{checkpoint}/tokenwise/kl.tsv",
     output:
-        summary="results/{model}/{checkpoint}/tokenwise.tsv",
+        summary=table_report("results/{model}/{checkpoint}/tokenwise.tsv", "tokenwise"),
         anchors="results/{model}/{checkpoint}/tokenwise/anchors.tsv",
         pooled="results/{model}/{checkpoint}/tokenwise/pooled.tsv",
     log:

@@ -47,7 +47,7 @@ rule topology_coupling:
         jacobians=lambda wc: spectra_jacobians(wc.model, wc.checkpoint, "npy"),
         spectra="results/{model}/{checkpoint}/spectra.tsv",  # Henrici departures, computed once there
     output:
-        table="results/{model}/{checkpoint}/coupling.tsv",
+        table=table_report("results/{model}/{checkpoint}/coupling.tsv", "coupling"),
         by_operator="results/{model}/{checkpoint}/coupling_by_operator.tsv",
         sweep="results/{model}/{checkpoint}/coupling_sweep.tsv",
     log:

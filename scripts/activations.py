@@ -2,14 +2,16 @@ from pathlib import Path
 
 from layergeom import corpus, models, store
 from layergeom.adapters import get_adapter
-from layergeom.runtime import resolve_device
+from layergeom.runtime import device_info, resolve_device
 from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
-    model = models.load_model(Path(sm.input.weights).parent, device=resolve_device(sm.params.run["device"]))
+    device = resolve_device(sm.params.run["device"])
+    model = models.load_model(Path(sm.input.weights).parent, device=device)
     windows = corpus.load_windows(sm.input.windows)
-    meta = {"model": sm.wildcards.model, "checkpoint": sm.wildcards.checkpoint}
+    # the device of the forward passes goes into store.json and from there into the manifest
+    meta = {"model": sm.wildcards.model, "checkpoint": sm.wildcards.checkpoint, "device": device_info(device)}
     st = sm.params.store
     store.dump_activations(
         get_adapter(model),

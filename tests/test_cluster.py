@@ -381,31 +381,43 @@ def test_download_offline_fails_at_once_and_names_the_default(tmp_path, monkeypa
 
 
 class _FakeHub:
-    """huggingface_hub's model_info and snapshot_download over a local folder (the 'remote' revision)."""
+    """huggingface_hub's model_info, hf_hub_download and snapshot_download over a local folder (the 'remote'
+    revision), filling a cache laid out like huggingface_hub's (blobs, snapshots/<commit>, refs)."""
 
-    def __init__(self, remote: Path, fail_after: int | None = None):
-        self.remote, self.fail_after, self.patterns = remote, fail_after, None
+    def __init__(self, remote: Path, cache: Path, fail_after: int | None = None):
+        self.remote, self.cache, self.fail_after, self.patterns = remote, cache, fail_after, None
+        self.sha = "c0ffee" * 6 + "abcd"
 
     def model_info(self, repo_id, revision=None):
         files = sorted(str(p.relative_to(self.remote)) for p in self.remote.rglob("*") if p.is_file())
-        return type(
-            "Info", (), {"sha": "c0ffee" * 6 + "abcd", "siblings": [type("S", (), {"rfilename": f}) for f in files]}
-        )
+        return type("Info", (), {"sha": self.sha, "siblings": [type("S", (), {"rfilename": f}) for f in files]})
 
-    def snapshot_download(self, repo_id, revision, local_dir, allow_patterns):
+    def _put(self, repo_id, name) -> Path:
+        snapshot = self.cache / f"models--{repo_id.replace('/', '--')}" / "snapshots" / self.sha
+        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+        if not (snapshot / name).exists():
+            blob = snapshot.parent.parent / "blobs" / name.replace("/", "_")
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            blob.write_bytes((self.remote / name).read_bytes())
+            (snapshot / name).symlink_to(blob)
+        (snapshot.parent.parent / "refs").mkdir(exist_ok=True)
+        (snapshot.parent.parent / "refs" / "step0").write_text(self.sha)
+        return snapshot
+
+    def hf_hub_download(self, repo_id, filename, revision=None, **kw):
+        return str(self._put(repo_id, filename) / filename)
+
+    def snapshot_download(self, repo_id, revision=None, allow_patterns=None, **kw):
         import fnmatch
-        import shutil
 
         self.patterns = allow_patterns
-        Path(local_dir).mkdir(parents=True, exist_ok=True)
         wanted = [p for p in sorted(self.remote.rglob("*")) if p.is_file()]
         wanted = [p for p in wanted if any(fnmatch.fnmatch(str(p.relative_to(self.remote)), w) for w in allow_patterns)]
         for i, p in enumerate(wanted):
             if self.fail_after is not None and i >= self.fail_after:
                 raise ConnectionError("connection reset")
-            (Path(local_dir) / p.relative_to(self.remote)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(p, Path(local_dir) / p.relative_to(self.remote))
-        return str(local_dir)
+            snapshot = self._put(repo_id, str(p.relative_to(self.remote)))
+        return str(snapshot)
 
 
 def _hf_dir(path: Path, family: str = "gpt_neox") -> Path:
@@ -429,21 +441,21 @@ def test_download_then_materialize_reads_only_local_files(tmp_path, monkeypatch)
     remote = _hf_dir(tmp_path / "remote")
     (remote / "pytorch_model.bin").write_bytes(b"old format, must not be fetched")
     (remote / "README.md").write_text("not needed")
-    hub = _FakeHub(remote, fail_after=2)
-    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", hub.model_info)
+    hub = _FakeHub(remote, tmp_path / "hf-cache", fail_after=2)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, *a, **k: hub.model_info(*a, **k))
     monkeypatch.setattr(fetch, "hub_unreachable", lambda: None)  # the fake hub answers
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub.hf_hub_download)
     out = tmp_path / "resources" / "hub" / "p" / "step0"
-    with pytest.raises(LayergeomError, match="ConnectionError"):  # interrupted: nothing at out, a partial beside
-        fetch.download_hub("org/tiny", "step0", out)
-    partial = out.parent / ".step0.partial"
-    assert not out.exists() and len([p for p in partial.rglob("*") if p.is_file()]) == 2  # kept for resuming
+    with pytest.raises(LayergeomError, match="ConnectionError"):  # interrupted: nothing at out, the cache keeps
+        fetch.download_hub("org/tiny", "step0", out)  # what came down (huggingface_hub resumes from it)
+    assert not out.exists() and len(list((tmp_path / "hf-cache").rglob("blobs/*"))) >= 2
     hub.fail_after = None
     record = fetch.download_hub("org/tiny", "step0", out)
-    assert not (out.parent / ".step0.partial").exists()
     assert "model.safetensors" in record["files"] and "tokenizer.json" in record["files"]
     assert not (out / "pytorch_model.bin").exists() and not (out / "README.md").exists()
-    assert json.loads((out / fetch.DOWNLOAD_JSON).read_text())["commit"] == record["commit"]
+    assert (out / "model.safetensors").is_symlink()  # a link into the cache, not a second copy
+    assert json.loads((out / fetch.DOWNLOAD_JSON).read_text())["commit"] == record["commit"] == hub.sha
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # a compute node: no network
     mcfg = {"source": "hub", "family": "gpt_neox", "id": "org/tiny", "n_layers": 2,

@@ -11,7 +11,8 @@ from lg_runs import SNAKEMAKE, snakemake
 
 pytest_plugins = ["lg_runs"]
 MANIFEST_KEYS = {"model", "checkpoint", "source", "revision", "weights_sha256", "n_layers", "d_model",
-                 "boundaries", "corpus", "n_windows", "window_tokens", "seed"}  # fmt: skip
+                 "boundaries", "corpus", "n_windows", "window_tokens", "seed", "layergeom_version", "code_id",
+                 "torch_version", "transformers_version", "numpy_version", "device", "hub_commit"}  # fmt: skip
 
 
 def test_full_dag_outputs(reference_run):

@@ -1,9 +1,11 @@
 """Hub downloads, on the host that has the network (the workflow's local `download` rule), without torch.
 
 Compute nodes are often offline, so ``materialize`` reads hub weights only from the directory this module
-fills: ``snapshot_download`` of one revision into ``resources/hub/{model}/{checkpoint}/``, restricted to what
-loading needs (the weights in one format, configs, tokenizer files), with ``download.json`` recording the
-commit the revision pointed at. An interrupted download resumes from ``.{checkpoint}.partial`` next to it.
+fills, ``resources/hub/{model}/{checkpoint}/``: one revision's files in the user's Hugging Face cache
+(``HF_HUB_CACHE``, by default ``~/.cache/huggingface/hub``), restricted to what loading needs (the weights in
+one format, configs, tokenizer files), fetched into that cache where they are not there yet and linked from
+the directory (no second copy), with ``download.json`` recording the commit the revision pointed at. Offline
+(``HF_HUB_OFFLINE=1`` or no network) a revision the cache holds whole is used as it is.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .runtime import LayergeomError
+from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
 
@@ -58,47 +60,146 @@ def hub_patterns(files: list[str], trust_remote_code: bool = False) -> list[str]
 
 
 def download_hub(
-    model_id: str, revision: str | None, out_dir: str | os.PathLike, *, trust_remote_code: bool = False
+    model_id: str,
+    revision: str | None,
+    out_dir: str | os.PathLike,
+    *,
+    trust_remote_code: bool = False,
+    name: str | None = None,
+    family: str | None = None,
+    n_layers: int | None = None,
 ) -> dict:
-    """Fetch one revision of a hub model into out_dir; returns the record written to download.json.
+    """One revision of a hub model from the user's Hugging Face cache, fetched into that cache where it is not
+    there yet; out_dir gets a link to each file loading reads (no second copy) and download.json, the record
+    returned. Offline (HF_HUB_OFFLINE, no network) a revision the cache holds whole is used as it is.
 
-    Nothing is left at out_dir on failure; a partial download stays in a hidden sibling and resumes.
+    The revision's config.json is read first (one small file): a ``family`` or ``n_layers`` that contradicts it
+    is refused before any weights come down. Nothing is left at out_dir on failure; an interrupted download
+    resumes from what the cache holds.
     """
-    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub import snapshot_download
+
+    from .modelinfo import hub_config_path
 
     out_dir = Path(out_dir)
-    partial = out_dir.parent / f".{out_dir.name}.partial"
     what = f"'{model_id}' revision '{revision or 'main'}'"
     offline = hub_unreachable()  # fail at once rather than after the hub client's retries
     if offline:
-        raise offline_error(what, ConnectionError(offline), "offline")
-    try:  # any failure to reach the hub (no network, unknown id or revision, gated) is the user's to fix
-        info = HfApi().model_info(model_id, revision=revision)
-        files = sorted(s.rfilename for s in info.siblings or [])
-        patterns = hub_patterns(files, trust_remote_code)
-        log.info("downloading %s (commit %s): %s", what, info.sha, ", ".join(patterns))
-        snapshot_download(model_id, revision=info.sha, local_dir=partial, allow_patterns=patterns)
-    except LayergeomError:
-        raise
-    except Exception as err:
-        raise offline_error(what, err) from err
+        snapshot = cached_snapshot(model_id, revision)
+        if snapshot is None:
+            raise offline_error(what, ConnectionError(offline), f"{offline}, and it is not in the Hugging Face cache")
+        files = snapshot_files(snapshot)
+        _check_config(name or model_id, family, n_layers, snapshot / "config.json")
+        try:
+            patterns = hub_patterns(files, trust_remote_code)
+        except LayergeomError:  # e.g. only the config.json that `layergeom inspect` fetched
+            patterns = WEIGHT_FORMATS[0]
+        missing = missing_weights(snapshot, patterns)
+        if missing:
+            raise offline_error(
+                what,
+                ConnectionError(offline),
+                f"{offline}, and the Hugging Face cache holds only part of it (no {missing})",
+            )
+        log.info("using %s from the Hugging Face cache (offline: %s): %s", what, offline, snapshot)
+    else:
+        try:  # any failure to reach the hub (no network, unknown id or revision, gated) is the user's to fix
+            from huggingface_hub import HfApi
+
+            info = HfApi().model_info(model_id, revision=revision)
+            files = sorted(s.rfilename for s in info.siblings or [])
+            patterns = hub_patterns(files, trust_remote_code)
+            if "config.json" in files:
+                _check_config(name or model_id, family, n_layers, hub_config_path(model_id, info.sha))
+            log.info("fetching %s (commit %s) into the Hugging Face cache: %s", what, info.sha, ", ".join(patterns))
+            snapshot = Path(snapshot_download(model_id, revision=revision, allow_patterns=patterns))
+        except LayergeomError:
+            raise
+        except Exception as err:
+            raise offline_error(what, err) from err
+        missing = missing_weights(snapshot, patterns)
+        if missing:
+            raise LayergeomError(f"fetching {what} brought no {missing} into {snapshot}")
     record = {
         "id": model_id,
         "revision": revision,
-        "commit": info.sha,
-        "files": sorted(
-            str(p.relative_to(partial)) for p in partial.rglob("*") if p.is_file() and ".cache" not in p.parts
-        ),
+        "commit": snapshot.name,  # the cache's snapshot folder is named by the commit
+        "cache": str(snapshot),
+        "files": [f for f in snapshot_files(snapshot) if any(fnmatch.fnmatch(f, p) for p in patterns)],
     }
-    if not any(fnmatch.fnmatch(f, p) for f in record["files"] for p in patterns[:1]):
-        raise LayergeomError(f"downloading {what} brought no weights ({patterns[0]}) into {partial}")
-    (partial / DOWNLOAD_JSON).write_text(json.dumps(record, indent=2) + "\n")
-    shutil.rmtree(partial / ".cache", ignore_errors=True)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(partial, out_dir)
-    log.info("downloaded %s into %s (%d files)", what, out_dir, len(record["files"]))
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        for f in record["files"]:
+            link_file(snapshot / f, tmp / f)
+        (tmp / DOWNLOAD_JSON).write_text(json.dumps(record, indent=2) + "\n")
+    log.info(
+        "linked %s (commit %s, %d files) from %s into %s",
+        what,
+        record["commit"],
+        len(record["files"]),
+        snapshot,
+        out_dir,
+    )
     return record
+
+
+def _check_config(name: str, family: str | None, n_layers: int | None, config: Path | None) -> None:
+    """The revision's config.json against the configured family and n_layers (layergeom.modelinfo)."""
+    from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, read_json
+
+    if config is None or not Path(config).is_file():
+        return
+    cfg = read_json(config)
+    check_family(name, family, cfg.get("model_type"), f"the hub's {config.name}")
+    check_n_layers(name, n_layers, _first(cfg, _LAYER_KEYS), f"the hub's {config.name}")
+
+
+def cached_snapshot(model_id: str, revision: str | None) -> Path | None:
+    """The Hugging Face cache's snapshot folder of a revision (models--org--name/snapshots/<commit>), or None."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(model_id, revision=revision, local_files_only=True))
+    except Exception:  # LocalEntryNotFoundError and kin: not cached
+        return None
+
+
+def snapshot_files(snapshot: Path) -> list[str]:
+    """The files of a snapshot folder, relative and sorted (links to the cache's blobs count; broken ones not)."""
+    return sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file())
+
+
+def missing_weights(snapshot: Path, patterns: list[str]) -> str | None:
+    """What a snapshot lacks of its weights: none in the format ``patterns`` picks, or a shard its index names."""
+    files = snapshot_files(snapshot)
+    if not any(fnmatch.fnmatch(f, p) for f in files for p in patterns[:1]):
+        return patterns[0]
+    for index in (f for f in files if f.endswith((".safetensors.index.json", ".bin.index.json"))):
+        shards = sorted(set(json.loads((snapshot / index).read_text()).get("weight_map", {}).values()))
+        absent = [s for s in shards if s not in files]
+        if absent:
+            return f"{absent[0]} (named in {index})"
+    return None
+
+
+def link_file(target: Path, link: Path) -> None:
+    """``link`` -> ``target`` as a symbolic link (absolute); a hard link, else a copy, where links are refused."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.symlink(os.path.abspath(target), link)
+    except OSError:
+        try:
+            os.link(os.path.realpath(target), link)
+        except OSError:
+            shutil.copy2(target, link)
+
+
+def _hub_offline_mode() -> bool:
+    """huggingface_hub's own offline switch (read from HF_HUB_OFFLINE when it was imported)."""
+    try:
+        import huggingface_hub.constants
+    except ImportError:
+        return False
+    return bool(huggingface_hub.constants.HF_HUB_OFFLINE)
 
 
 def hub_unreachable(timeout: float = HUB_CONNECT_TIMEOUT) -> str | None:
@@ -107,7 +208,7 @@ def hub_unreachable(timeout: float = HUB_CONNECT_TIMEOUT) -> str | None:
     One TCP connect to the hub (or to the configured proxy) with a short timeout, so that an offline machine
     fails in seconds instead of after the hub client's retries.
     """
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or _hub_offline_mode():
         return "HF_HUB_OFFLINE is set"
     url = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     proxy = next(

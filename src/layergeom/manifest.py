@@ -2,14 +2,59 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import subprocess
+from importlib import metadata
 from pathlib import Path
 
 from .runtime import LayergeomError, atomic_path
 from .store import ActivationStore
 
 log = logging.getLogger("layergeom")
+
+
+#: the libraries whose versions a manifest records (``{name}_version``)
+LIBRARIES = ("torch", "transformers", "numpy")
+
+
+@functools.cache
+def code_id() -> str:
+    """The code that ran: ``git:{commit}`` of the checkout layergeom runs from (``+dirty`` when tracked files differ
+    from it), else ``layergeom {version}`` (an installed package)."""
+    from . import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    if (root / ".git").exists():
+        try:
+            head = subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+            )
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.SubprocessError):
+            head = None
+        if head is not None and head.returncode == 0 and head.stdout.strip():
+            return f"git:{head.stdout.strip()}{'+dirty' if dirty.stdout.strip() else ''}"
+    return f"layergeom {__version__}"
+
+
+def provenance() -> dict:
+    """layergeom's version and code id, and the versions of the libraries the numbers come from."""
+    from . import __version__
+
+    out = {"layergeom_version": __version__, "code_id": code_id()}
+    for lib in LIBRARIES:
+        try:
+            out[f"{lib}_version"] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[f"{lib}_version"] = None
+    return out
 
 
 def write_manifest(out, *, source: dict, windows: dict, activations, boundaries: list[str], seed: int) -> dict:
@@ -37,6 +82,9 @@ def write_manifest(out, *, source: dict, windows: dict, activations, boundaries:
         "n_windows": windows["n_windows"],
         "window_tokens": windows["window_tokens"],
         "seed": seed,
+        "hub_commit": source.get("hub_commit"),  # the commit the hub revision pointed at when downloaded
+        "device": st.meta.get("device"),  # of the forward passes (the activations job)
+        **provenance(),
     }
     with atomic_path(out) as tmp:
         Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from .adapters import MODEL_TYPES, adapter_class
-from .fetch import EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
+from .fetch import DOWNLOAD_JSON, EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
 from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
@@ -251,6 +251,27 @@ def check_loading_info(model, info: dict, where) -> None:
         raise LayergeomError(
             f"the weights in {where} do not match the {type(model).__name__} architecture ({'; '.join(problems)}): "
             f"check the checkpoint and the model's family and config"
+        )
+
+
+def check_config(model_name: str, mcfg: dict, config: Path) -> None:
+    """Refuse a configured family or n_layers that contradicts the checkpoint's config.json (or GGUF header)
+    before its weights are read."""
+    from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, gguf_config, read_json
+
+    cfg = gguf_config(config) if config.suffix == ".gguf" else read_json(config)
+    check_family(model_name, mcfg.get("family"), cfg.get("model_type"), str(config))
+    check_n_layers(model_name, mcfg.get("n_layers"), _first(cfg, _LAYER_KEYS), str(config))
+
+
+def check_hub_links(hub_dir: Path, model_name: str) -> None:
+    """The files of a hub download link into the Hugging Face cache (fetch.download_hub): each must resolve here."""
+    broken = [p for p in sorted(hub_dir.iterdir()) if p.is_symlink() and not p.exists()]
+    if broken:
+        raise LayergeomError(
+            f"{model_name}: {broken[0]} links to {os.readlink(broken[0])}, which this host cannot read: the hub "
+            f"files live in the Hugging Face cache of the host that downloaded them; put HF_HUB_CACHE on a "
+            f"filesystem the compute nodes share, or delete {hub_dir} and download again"
         )
 
 
@@ -518,6 +539,10 @@ def materialize(
                     f"'{hub_dir}': the workflow's `download` rule fetches them on the submitting host"
                 )
             hub_dir = Path(hub_dir)
+            record = hub_dir / DOWNLOAD_JSON
+            info["hub_commit"] = json.loads(record.read_text()).get("commit") if record.exists() else None
+            check_hub_links(hub_dir, model_name)
+            check_config(model_name, mcfg, hub_dir / "config.json")
             check_weight_files(hub_dir, f"delete {hub_dir} and rerun to download it again", allow_bin=True)
             model, tok = _from_pretrained(str(hub_dir), None, mcfg, name=model_name, local_files_only=True)
         elif source == "local":
@@ -529,6 +554,7 @@ def materialize(
             if not (path / "config.json").exists():
                 raise LayergeomError(f"{key}: local model directory '{path}' has no config.json")
             info["revision"] = str(path)
+            check_config(model_name, mcfg, path / "config.json")
             check_remote_code(path, model_name, mcfg)
             check_weight_files(path, f"copy or download it again (it is read through {key})")
             model, tok = _from_pretrained(
@@ -545,6 +571,7 @@ def materialize(
                 gguf_path = path
                 info["revision"] = str(path)
             check_gguf_file(gguf_path, key)
+            check_config(model_name, mcfg, gguf_path)
             model, tok = _from_pretrained(
                 str(gguf_path.parent), None, mcfg, name=model_name, gguf_file=gguf_path.name, local_files_only=True
             )

@@ -12,6 +12,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -88,32 +89,169 @@ def visible_gpus(environ=None) -> int:
 def resolve_device(name: str = "auto") -> str:
     """`auto` picks CUDA when present, else the CPU; `cuda` without a GPU is an error.
 
-    A job that was given a GPU (CUDA_VISIBLE_DEVICES names one) but whose torch sees no CUDA device stops
-    here, unless it pinned ``cpu``: on a cluster that is a CPU build of torch in a GPU job, which would
-    otherwise run for hours on the CPU. LAYERGEOM_ALLOW_CPU_FALLBACK=1 lets it run on the CPU instead (test
-    clusters whose GPUs are fake).
+    A job that was given a GPU (its ``gpu`` resource, or CUDA_VISIBLE_DEVICES naming one) but whose torch
+    sees no CUDA device stops here, unless it pinned ``cpu``: a CPU build of torch, or one built for another
+    CUDA, in a GPU job would otherwise run for hours on the CPU. LAYERGEOM_ALLOW_CPU_FALLBACK=1 lets it run
+    on the CPU instead (test clusters whose GPUs are fake). The device chosen is logged (``device_info``).
     """
     import torch
 
     if name == "cpu":
+        log.info("device: %s", describe_device(device_info(name)))
         return name
     available = torch.cuda.is_available()
-    assigned = gpus_assigned()
-    if assigned and not available:
-        msg = (
-            f"this job was given GPU(s) {','.join(assigned)} (CUDA_VISIBLE_DEVICES) but torch {torch.__version__} "
-            f"sees no CUDA device ({'a CPU build' if torch.version.cuda is None else f'built for CUDA {torch.version.cuda}'}"
-            "). Run the model rules in a CUDA build of torch (config `conda_torch: cuda` with --sdm conda, or "
-            "install one into the environment), or set `device: cpu`."
-        )
-        if os.environ.get(ALLOW_CPU_FALLBACK) != "1":
-            raise LayergeomError(msg)
-        log.warning("%s Running on the CPU (%s=1).", msg, ALLOW_CPU_FALLBACK)
-    if name == "auto":
-        return "cuda" if available else "cpu"
+    if not available:
+        check_given_gpus()
+    resolved = ("cuda" if available else "cpu") if name == "auto" else name
     if name.startswith("cuda") and not available:
         raise LayergeomError(f"device: '{name}' was asked for but no CUDA device is visible; use 'auto' or 'cpu'")
-    return name
+    log.info("device: %s", describe_device(device_info(resolved)))
+    return resolved
+
+
+# ---- GPU slots: one device per concurrently running GPU job ------------------------------------------------
+#: set by ``claim_gpus`` in a job given GPUs (its ``gpu`` resource): how many it was given
+GPUS_GIVEN = "LAYERGEOM_GPUS_GIVEN"
+#: the per-host folder of GPU slot locks (default: layergeom-gpu-slots-{uid} in the temporary folder)
+GPU_LOCK_DIR = "LAYERGEOM_GPU_LOCK_DIR"
+#: jobs one GPU takes before a further job waits: beyond it, jobs share the least used GPU anyway
+MAX_JOBS_PER_GPU = 64
+_held_slots: list = []  # open, locked slot files of this process: released when it exits (flock)
+
+
+def host_gpus(environ=None) -> list[str]:
+    """The GPUs jobs started here may use: the CUDA_VISIBLE_DEVICES entries when set, else nvidia-smi's indices."""
+    env = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return gpus_assigned(env)
+    return [str(i) for i in range(visible_gpus(env))]
+
+
+def gpu_lock_dir(environ=None) -> Path:
+    """The folder of this host's GPU slot locks: $LAYERGEOM_GPU_LOCK_DIR, else /tmp/layergeom-gpu-slots-{uid}.
+
+    /tmp rather than $TMPDIR: an executor may give each job a TMPDIR of its own, and the jobs of one host must
+    all see the same locks."""
+    env = os.environ if environ is None else environ
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    tmp = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
+    return Path(env.get(GPU_LOCK_DIR) or tmp / f"layergeom-gpu-slots-{uid}")
+
+
+def _try_lock(path: Path):
+    """An open file holding an exclusive lock on ``path``, or None when another process holds it."""
+    import fcntl
+
+    fh = open(path, "a+")  # noqa: SIM115 -- held open (and locked) until the process exits
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def claim_gpus(n: int, environ=None) -> list[str]:
+    """Give this job ``n`` of the host's GPUs: CUDA_VISIBLE_DEVICES <- the least used ones, each held as a slot.
+
+    Snakemake names no GPU per job, so the slot is a lock file per (host, device, k) under ``gpu_lock_dir``:
+    slot k of device d is taken when k jobs hold d already, so concurrent jobs spread over the devices and
+    share one only when there are more jobs than GPUs (``--resources gpu=N`` above the count). The lock
+    (flock) is released when the process exits, however it ends. When the executor (SLURM) or the user set
+    CUDA_VISIBLE_DEVICES to no more devices than the job asks for, it is left as it is.
+    """
+    env = os.environ if environ is None else environ
+    if n <= 0:
+        return []
+    env[GPUS_GIVEN] = str(n)
+    devices = host_gpus(env)
+    if not devices or ("CUDA_VISIBLE_DEVICES" in env and len(devices) <= n):
+        return devices
+    folder = gpu_lock_dir(env)
+    folder.mkdir(parents=True, exist_ok=True)
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
+    chosen: list[str] = []
+    for k in range(MAX_JOBS_PER_GPU):
+        for d in devices:
+            if len(chosen) == n:
+                break
+            if d in chosen:
+                continue
+            fh = _try_lock(folder / f"{host}.gpu{re.sub(r'[^A-Za-z0-9_.-]', '_', d)}.{k}.lock")
+            if fh is not None:
+                _held_slots.append(fh)
+                chosen.append(d)
+    if len(chosen) < n:
+        raise LayergeomError(
+            f"no free GPU slot among {len(devices)} GPU(s) x {MAX_JOBS_PER_GPU} jobs in {folder}: lower --resources gpu"
+        )
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
+    log.info(
+        "gpu slot: CUDA_VISIBLE_DEVICES=%s (of %s; locks in %s)", env["CUDA_VISIBLE_DEVICES"], ",".join(devices), folder
+    )
+    return chosen
+
+
+def gpus_given(environ=None) -> int:
+    """How many GPUs this job was given: its ``gpu`` resource (``claim_gpus``), else CUDA_VISIBLE_DEVICES's count."""
+    env = os.environ if environ is None else environ
+    return int(env.get(GPUS_GIVEN) or 0) or len(gpus_assigned(env))
+
+
+def check_given_gpus(environ=None) -> None:
+    """A job given a GPU stops at once, with one line, when torch sees no CUDA device (a CPU build of torch, a
+    build for another CUDA, no driver); LAYERGEOM_ALLOW_CPU_FALLBACK=1 makes it a warning."""
+    env = os.environ if environ is None else environ
+    if not gpus_given(env):
+        return
+    try:
+        import torch
+    except ImportError:  # an env without torch cannot use the GPU it was given either
+        raise LayergeomError("this job was given a GPU but its environment has no torch") from None
+    if torch.cuda.is_available():
+        return
+    build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+    ids = gpus_assigned(env)
+    given = f"GPU(s) {','.join(ids)} (CUDA_VISIBLE_DEVICES)" if ids else f"{gpus_given(env)} GPU(s) (its gpu resource)"
+    msg = (
+        f"this job was given {given} but torch {torch.__version__} ({build}) sees no CUDA device. "
+        "Run the model rules in a CUDA build of torch (config `conda_torch: cuda` with --sdm conda, or "
+        "install one into the environment), or set `device: cpu`."
+    )
+    if env.get(ALLOW_CPU_FALLBACK) != "1":
+        raise LayergeomError(msg)
+    log.warning("%s Running on the CPU (%s=1).", msg, ALLOW_CPU_FALLBACK)
+
+
+def device_info(device: str = "cpu") -> dict:
+    """The device a job computes on: kind, name, the torch build and the CUDA it was built for."""
+    import platform
+
+    import torch
+
+    info = {
+        "type": "cuda" if str(device).startswith("cuda") else "cpu",
+        "name": None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }  # not which slot (CUDA_VISIBLE_DEVICES): that is logged, and two identical runs may differ in it
+    if info["type"] == "cuda":
+        idx = torch.device(device).index or 0
+        info["name"] = torch.cuda.get_device_name(idx)
+        info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(idx)))
+    else:
+        info["name"] = platform.processor() or platform.machine()
+    return info
+
+
+def describe_device(info: dict) -> str:
+    """One line for a log: ``cuda NVIDIA H200 (torch 2.x, CUDA build 12.8, CUDA_VISIBLE_DEVICES=1)``."""
+    slot = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+    return f"{info['type']} {info['name']} (torch {info['torch']}, CUDA build {info['cuda'] or 'none'}, CUDA_VISIBLE_DEVICES={slot})"
 
 
 def setup_logging(logfile: str | os.PathLike | None = None) -> None:

@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 
-from .runtime import LayergeomError, set_determinism, setup_logging
+from .runtime import LayergeomError, check_given_gpus, claim_gpus, set_determinism, setup_logging
 
 log = logging.getLogger("layergeom")
 
@@ -25,15 +25,20 @@ def job(snakemake, seed: int | None = None, threads: int | None = None):
     old = sys.stderr
     if stream:
         sys.stderr = stream
-    env = {k: os.environ.get(k, "") for k in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
-    log.info(
-        "job rule=%s host=%s slurm_job_id=%s cuda_visible_devices=%s",
-        getattr(snakemake, "rule", "?"),
-        socket.gethostname(),
-        env["SLURM_JOB_ID"] or "none",
-        env["CUDA_VISIBLE_DEVICES"] or "none",
-    )
     try:
+        # a GPU job takes its own device (CUDA_VISIBLE_DEVICES) before torch initialises CUDA
+        gpus = int(getattr(getattr(snakemake, "resources", None), "gpu", 0) or 0)
+        claim_gpus(gpus)
+        env = {k: os.environ.get(k, "") for k in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
+        log.info(
+            "job rule=%s host=%s slurm_job_id=%s cuda_visible_devices=%s",
+            getattr(snakemake, "rule", "?"),
+            socket.gethostname(),
+            env["SLURM_JOB_ID"] or "none",
+            env["CUDA_VISIBLE_DEVICES"] or "none",
+        )
+        if gpus:  # a GPU job whose torch sees no GPU stops here, before it loads anything
+            check_given_gpus()
         set_determinism(0 if seed is None else seed, threads or getattr(snakemake, "threads", None))
         yield
     except LayergeomError as err:
