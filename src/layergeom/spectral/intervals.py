@@ -25,8 +25,9 @@ per checkpoint; linearised, the intervals add ≈ 20 s to spectra.tsv, ≈ 25 s 
 schur.tsv on one core: bench/bench_intervals.py, bench/results/intervals.md). The jackknife of a smooth statistic is
 its linearisation up to O(1/N) (Efron's infinitesimal jackknife), and the tests check the two against each
 other and check coverage. Mode counts (complex and expansive fractions) are recounted on the first-order
-eigenvalues λ_i + δλ_i with the point estimate's thresholds (close real pairs through their 2×2
-quasi-degenerate block, so a collision into a complex pair is seen). A count is a discontinuous statistic:
+eigenvalues λ_i + δλ_i with the point estimate's modes and rules (``spectra.mode_flags``; close real pairs
+and pairs near the real axis through their 2×2 quasi-degenerate block, so that a collision into a complex
+pair, or of a pair onto the axis, is seen), and SR over the point estimate's k' = min(k, r). A count is a discontinuous statistic:
 when the sampling noise moves eigenvalues by as much as the gaps between real ones, it pushes them into
 complex pairs and the complex fraction of J̄ is biased upwards — an interval around it does not correct that.
 ``method="exact"`` recomputes every replicate from scratch instead (the reference; affordable for small d).
