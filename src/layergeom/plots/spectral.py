@@ -75,8 +75,10 @@ def normalised_depth(layer, n_layers: int):
 def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], title: str):
     """Eigenvalues of J̄_b in the complex plane with the unit circle; rows = checkpoints, columns = boundaries.
 
-    Numerically zero modes (below the rank threshold) are grey; the title counts the complex fraction over
-    the non-zero modes (columns ``nonzero``/``complex`` of eigenvalues.tsv).
+    Numerically zero modes (all but the r largest |λ|, r the numerical rank) are grey, non-zero modes blue
+    when complex beyond their precision and orange otherwise (real, or a pair within rounding of the axis);
+    the title counts the complex fraction over the non-zero modes (columns ``nonzero``/``complex`` of
+    eigenvalues.tsv, the flags of spectra.tsv).
     """
     nr, nc = len(tables), len(boundaries)
     fig, axes = plt.subplots(nr, nc, figsize=(3.2 * nc, 3.2 * nr), squeeze=False)
@@ -90,7 +92,9 @@ def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], tit
             ax.axhline(0, color="0.85", lw=0.5, zorder=0)
             ax.axvline(0, color="0.85", lw=0.5, zorder=0)
             ax.scatter(ev["real"][~nz], ev["imag"][~nz], s=3, color="0.7", linewidths=0, zorder=2)
-            ax.scatter(ev["real"][nz], ev["imag"][nz], s=4, color="C0", alpha=0.7, linewidths=0, zorder=3)
+            cx = ev["complex"].astype(bool) if "complex" in ev else pd.Series(True, index=ev.index)
+            for sel, colour in ((nz & cx, "C0"), (nz & ~cx, "C1")):
+                ax.scatter(ev["real"][sel], ev["imag"][sel], s=4, color=colour, alpha=0.7, linewidths=0, zorder=3)
             lim = max(1.1, 1.05 * float(ev["abs"].max()) if len(ev) else 1.1)
             ax.set_xlim(-lim, lim)
             ax.set_ylim(-lim, lim)
@@ -108,7 +112,7 @@ def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], tit
             if j == 0:
                 ax.set_ylabel("Im λ", fontsize=8)
             ax.tick_params(labelsize=7)
-    fig.suptitle(f"{title}: eigenvalues of J̄_b (unit circle; numerically zero modes grey)", fontsize=10)
+    fig.suptitle(f"{title}: eigenvalues of J̄_b (unit circle; complex modes blue, real orange, zero grey)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -127,10 +131,12 @@ def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
                 x = normalised_depth(part["layer"], n_layers)
                 ax.plot(x, part[col], ls=kind_style(kind), color=colours[ck], lw=1.2, marker=".", ms=3)
                 band(ax, x, part, col, colours[ck])
-        if col == "self_realign":
-            base = next(iter(tables.values()))["sr_baseline"].iloc[0]
-            ax.axhline(base, color="0.6", lw=0.8, ls=(0, (1, 2)))
-            ax.text(0.01, base, " random k/d", fontsize=6, color="0.4", va="bottom", transform=ax.get_yaxis_transform())
+        if col == "self_realign":  # k' = min(k, rank) differs between boundaries of low rank: one line per k'/d
+            bases = pd.concat([df["sr_baseline"] for df in tables.values()]).dropna().unique()
+            for base in sorted(bases):
+                ax.axhline(base, color="0.6", lw=0.8, ls=(0, (1, 2)))
+                ax.text(0.01, base, " random k'/d", fontsize=6, color="0.4", va="bottom",
+                        transform=ax.get_yaxis_transform())  # fmt: skip
         if logy:
             ax.set_yscale("log")
         elif col in ("self_realign", "henrici", "frac_expansive", "frac_complex"):

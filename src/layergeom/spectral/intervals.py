@@ -25,8 +25,9 @@ per checkpoint; linearised, the intervals add ≈ 20 s to spectra.tsv, ≈ 25 s 
 schur.tsv on one core: bench/bench_intervals.py, bench/results/intervals.md). The jackknife of a smooth statistic is
 its linearisation up to O(1/N) (Efron's infinitesimal jackknife), and the tests check the two against each
 other and check coverage. Mode counts (complex and expansive fractions) are recounted on the first-order
-eigenvalues λ_i + δλ_i with the point estimate's thresholds (close real pairs through their 2×2
-quasi-degenerate block, so a collision into a complex pair is seen). A count is a discontinuous statistic:
+eigenvalues λ_i + δλ_i with the point estimate's modes and rules (``spectra.mode_flags``; close real pairs
+and pairs near the real axis through their 2×2 quasi-degenerate block, so that a collision into a complex
+pair, or of a pair onto the axis, is seen), and SR over the point estimate's k' = min(k, r). A count is a discontinuous statistic:
 when the sampling noise moves eigenvalues by as much as the gaps between real ones, it pushes them into
 complex pairs and the complex fraction of J̄ is biased upwards — an interval around it does not correct that.
 ``method="exact"`` recomputes every replicate from scratch instead (the reference; affordable for small d).
@@ -51,9 +52,12 @@ from .spectra import (
     decompose,
     effective_rank,
     henrici_departure,
-    nonzero_modes,
+    mode_flags,
+    mode_precision,
     numerical_rank,
+    self_realignment,
     spectral_metrics,
+    sr_dimension,
 )
 
 CI_METHODS = ("linear", "exact")
@@ -204,19 +208,20 @@ class LinearSpectra:
         dec, d = self.dec, self.J.shape[0]
         if dec.vl is None or dec.vr is None:
             raise ValueError("linearised intervals need the eigenvectors: decompose(J, vectors=True)")
-        self.k = min(int(self.sr_k), d)
+        self.rank = numerical_rank(dec.s, self.tol)
+        self.k = sr_dimension(self.sr_k, self.rank)  # SR over k' = min(k, r), as spectral_metrics
         self.m = min(d, 2 * self.k)  # Rayleigh–Ritz subspace for SR_k
         self.V32 = np.ascontiguousarray(dec.Vh.T, dtype=np.float32)  # (d, d)
         self.U32 = dec.U.astype(np.float32)
         self.US = dec.U[:, : self.m] * dec.s[: self.m]  # (d, m) = J V_m
-        if self.k < d:
+        if 0 < self.k < d:
             M = dec.U.T @ dec.Vh[: self.k].T  # (d, k) = Uᵀ V_k
             Mp = dec.Vh @ dec.U[:, : self.k]  # (d, k) = Vᵀ U_k
             self.MM = M[: self.k] @ M[self.k :].T  # (k, d-k)
             self.NN = Mp[: self.k] @ Mp[self.k :].T  # (k, d-k)
-        self.sr = float(np.sum((dec.U[:, : self.k].T @ dec.Vh[: self.k].T) ** 2) / self.k)
-        self.rank = numerical_rank(dec.s, self.tol)
-        self.nz = nonzero_modes(dec.eigvals, self.tol)
+        self.sr = self_realignment(dec.U, dec.Vh, self.k)
+        self.eps = mode_precision(self.tol, d)
+        self.nz, _, _ = mode_flags(dec, self.tol, self.eps)
         self.kappa = dec.eig_condition
         self.H, self.dH = entropy_gradient(dec.s, self.tol)
         # eigenvalue perturbations: one of each conjugate pair (the other is its conjugate for real Δ)
@@ -232,10 +237,12 @@ class LinearSpectra:
     def eigen_perturbation(self, delta32: np.ndarray) -> np.ndarray:
         """The non-zero modes' eigenvalues of J + Δ (in the order of dec.eigvals[nz]), to leading order.
 
-        First order: δλ_i = y_iᴴ Δ x_i / y_iᴴ x_i. Close real eigenvalues, which Δ may push together into a
-        complex pair (a second-order event for a single eigenvalue), are paired with their nearest real
-        neighbour (greedily, smallest gap first) and replaced by the eigenvalues of the 2×2 quasi-degenerate
-        block [[λ_i + a_ii, a_ij], [a_ji, λ_j + a_jj]], a_pq = y_pᴴ Δ x_q / y_pᴴ x_p.
+        First order: δλ_i = y_iᴴ Δ x_i / y_iᴴ x_i. Where Δ can move a mode across the real axis, the first
+        order is replaced by the eigenvalues of the 2×2 quasi-degenerate block [[λ_i + a_ii, a_ij],
+        [a_ji, λ_j + a_jj]], a_pq = y_pᴴ Δ x_q / y_pᴴ x_p (Δ projected on the two modes in their biorthogonal
+        basis): close real eigenvalues, paired with their nearest real neighbour (greedily, smallest gap first),
+        may collide into a complex pair (``real_pair_collisions``); a complex pair near the axis, whose block is
+        [[μ, a], [ā, μ̄]] for a real Δ, becomes two real eigenvalues Re μ ± √(|a|² − (Im μ)²) when |a| > |Im μ|.
         """
         lam = self.dec.eigvals
         r = int(self.upper.sum())
@@ -243,30 +250,40 @@ class LinearSpectra:
         DXc = DX[:, :r] + 1j * DX[:, r:]  # (d, r') Δ x_i
         A = (self.yc.T @ DXc) / self.ydotx[:, None]  # (r', r') a_pq
         new = lam[self.upper] + np.diagonal(A)
-        real = np.flatnonzero(np.abs(lam[self.upper].imag) == 0)
-        if len(real) > 1:
-            lr = lam[self.upper].real[real]
-            order = np.argsort(lr)
-            gaps = np.diff(lr[order])
-            used = np.zeros(len(real), bool)
-            for g in np.argsort(gaps):
-                a, b = order[g], order[g + 1]
-                if used[a] or used[b]:
-                    continue
-                i, j = real[a], real[b]
-                a_ij, a_ji = A[i, j] * self.ydotx[i], A[j, i] * self.ydotx[j]  # y_iᴴΔx_j, y_jᴴΔx_i
-                na, nb = np.sqrt(abs(self.ydotx[i])), np.sqrt(abs(self.ydotx[j]))
-                block = np.array([[new[i], a_ij / (na * nb)], [a_ji / (na * nb), new[j]]])
-                e = np.linalg.eigvals(block)
-                if np.iscomplexobj(e) and np.abs(e.imag).max() > 0:
-                    new[i], new[j] = e[0], e[1]
-                    used[a] = used[b] = True
         full = np.zeros(len(lam), dtype=np.complex128)
         full[self.upper] = new
         lower = self.nz & (lam.imag < 0)  # the conjugates of complex pairs: LAPACK stores λ, conj(λ) adjacent
         idx = np.flatnonzero(lower)
         full[idx] = np.conj(full[idx - 1])
+        pos = np.flatnonzero(self.upper)  # position in dec.eigvals of each upper mode
+        for i, j, e in self.real_pair_collisions(A, new):
+            full[pos[i]], full[pos[j]] = e
+        # complex pairs: a = y_iᴴ Δ x̄_i / y_iᴴ x_i (Δ x̄ = conj(Δ x) for a real Δ)
+        pair = np.flatnonzero((lam[self.upper].imag > 0) & np.isin(pos + 1, idx))
+        a = np.sum(self.yc[:, pair] * np.conj(DXc[:, pair]), axis=0) / self.ydotx[pair]  # (pairs,)
+        disc = np.abs(a) ** 2 - new[pair].imag ** 2
+        for p, dd in zip(pair[disc > 0], disc[disc > 0]):
+            full[pos[p]], full[pos[p] + 1] = new[p].real + np.sqrt(dd), new[p].real - np.sqrt(dd)
         return full[self.nz]
+
+    def real_pair_collisions(self, A: np.ndarray, new: np.ndarray):
+        """(i, j, eigenvalues) for the pairs of neighbouring real modes whose 2×2 block has complex eigenvalues."""
+        lam = self.dec.eigvals[self.upper]
+        real = np.flatnonzero(np.abs(lam.imag) == 0)
+        if len(real) < 2:
+            return
+        order = np.argsort(lam.real[real])
+        gaps = np.diff(lam.real[real][order])
+        used = np.zeros(len(real), bool)
+        for g in np.argsort(gaps):
+            a, b = order[g], order[g + 1]
+            if used[a] or used[b]:
+                continue
+            i, j = real[a], real[b]
+            e = np.linalg.eigvals(np.array([[new[i], A[i, j]], [A[j, i], new[j]]]))
+            if np.iscomplexobj(e) and np.abs(e.imag).max() > 0:
+                used[a] = used[b] = True
+                yield i, j, e
 
     def replicate(self, delta: np.ndarray) -> dict[str, float]:
         """Every spectra.tsv metric of J + Δ: singular values and eigenvalues to first order, SR_k by
@@ -282,7 +299,9 @@ class LinearSpectra:
         se, se2 = float(e.sum()), float(np.sum(e**2))
         out["part_ratio"] = float(se**2 / se2 + np.sum((2 * se / se2 - 2 * se**2 * e / se2**2) * de)) if se2 else np.nan
         J1 = self.J + np.asarray(delta, dtype=np.float64)
-        if k >= len(s):
+        if k == 0:
+            out["self_realign"] = np.nan
+        elif k >= len(s):
             out["self_realign"] = 1.0
         else:
             # SR_k = tr(P_U P_V)/k: δSR = (2/k) Σ_{i≤k<j} [c^U_ji (UᵀP_V U)_ij + c^V_ji (VᵀP_U V)_ij] while the
@@ -298,7 +317,8 @@ class LinearSpectra:
         n = len(lam)
         out["frac_expansive"] = float(np.sum(np.abs(lam1) > 1) / n) if n else np.nan
         kap = None if self.kappa is None else self.kappa[self.nz]
-        out["frac_complex"] = float(np.sum(complex_modes(lam1, self.tol, s[0], kap)) / n) if n else np.nan
+        cplx = complex_modes(lam1, self.tol, s[0], kap, eps=self.eps)
+        out["frac_complex"] = float(np.sum(cplx) / n) if n else np.nan
         # Henrici H² = 1 − Σ|λ|²/‖J‖²: ‖J+Δ‖² exactly, Σ|λ|² from the first-order eigenvalues
         if self.henrici < self.henrici_exact_below:
             lam_all = np.linalg.eigvals(J1)
@@ -325,10 +345,13 @@ def metric_replicates(
         raise ValueError(f"spectra.ci_method '{method}' is not one of {', '.join(CI_METHODS)}")
     if not np.any(J):  # J̄ = 0 exactly (Gemma-4's shared-KV attention on one token): no spectrum to perturb
         return {m: np.full(len(deltas), np.nan) for m in spectral_metrics(np.asarray(J, np.float64), tol=tol)}
+    dec = decompose(J) if dec is None else dec
+    sr_k = sr_dimension(sr_k, numerical_rank(dec.s, tol))  # every replicate measures SR over the same k'
     if method == "exact":
-        rows = [spectral_metrics(J + np.asarray(D, np.float64), sr_k=sr_k, tol=tol) for D in deltas]
+        eps = mode_precision(tol, J.shape[0])
+        rows = [spectral_metrics(J + np.asarray(D, np.float64), sr_k=sr_k, tol=tol, eps=eps) for D in deltas]
     else:
-        lin = LinearSpectra(np.asarray(J, np.float64), decompose(J) if dec is None else dec, tol, sr_k)
+        lin = LinearSpectra(np.asarray(J, np.float64), dec, tol, sr_k)
         rows = [lin.replicate(D) for D in deltas]
     return {m: np.array([r[m] for r in rows], dtype=np.float64) for m in rows[0]} if rows else {}
 

@@ -23,6 +23,10 @@ CI_METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex
 #: machine epsilon of each Jacobian compute dtype (spectra.dtype)
 EPS = {"float32": float(np.finfo(np.float32).eps), "float64": float(np.finfo(np.float64).eps)}
 
+#: c of the mode rule: the rounding E that a J̄ carried at precision ε holds has ‖E‖₂ ≤ c·ε·σ₁ (docs/methods.md,
+#: "Mode counts": measured 1.3–1.5 on float32 GQA products at d = 576, tests/test_modes.py)
+MODE_C = 4.0
+
 
 def rank_tolerance(d: int, dtype: str = "float32", rank_tol: float | None = None) -> float:
     """Relative numerical-rank threshold τ: σ_i counts as non-zero when σ_i > τ·σ₁ (`rank_tol` if given).
@@ -101,24 +105,62 @@ def condition_number(s: np.ndarray, rank: int | None = None) -> float:
     return float(s[0] / s[r - 1]) if s[r - 1] > 0 else float("inf")
 
 
-def nonzero_modes(eigvals: np.ndarray, tol: float) -> np.ndarray:
-    """Mask of the numerically non-zero eigenvalues |λ_i| > τ·max|λ| (the rank threshold, on eigenvalues)."""
-    rho = np.abs(eigvals)
-    return rho > tol * (float(rho.max()) if len(rho) else 0.0)
+def mode_precision(tol: float, d: int) -> float:
+    """The precision ε a J̄ carries, from its rank tolerance τ = d·ε (``rank_tolerance``): ε = τ / d."""
+    return float(tol) / max(int(d), 1)
 
 
-def complex_modes(eigvals: np.ndarray, tol: float, sigma_max: float, kappa: np.ndarray | None = None) -> np.ndarray:
-    """Mask of the eigenvalues that are complex beyond their precision: |Im λ_i| > κ_i · τ · σ₁.
+def nonzero_modes(
+    eigvals: np.ndarray, tol: float, *, sigma_max: float | None = None, rank: int | None = None
+) -> np.ndarray:
+    """Mask of the numerically non-zero eigenvalues: the `rank` largest |λ_i| (> 0), else |λ_i| > τ·σ₁.
 
-    The computed J̄ differs from the exact one by rounding E with ‖E‖₂ ≲ τσ₁ (τ the rank tolerance), and an
-    eigenvalue moves by at most κ_i‖E‖₂ to first order (κ_i its condition number; Wilkinson): so a real
-    eigenvalue, or a real double eigenvalue, that rounding splits into a pair shows |Im λ| up to about κ_iτσ₁,
-    and only a larger imaginary part is a rotation the data resolves. Without eigenvectors (κ unknown, e.g. a
-    triangular Schur form) κ_i = 1: the floor τσ₁ ≥ τ·max|λ|. A fixed 1e-9·max|λ| is far below float32
-    rounding, and counts the split zero eigenvalues of a rank-deficient J̄ as rotations.
+    A matrix of numerical rank r has d − r eigenvalues that are zero up to rounding and r that are those of
+    its compression to its range (``rank`` = r: the r largest |λ|, ties in stored order, LAPACK putting λ
+    before its conjugate). Without a rank, relative to σ₁ = `sigma_max` (default max|λ| ≤ σ₁, when only the
+    eigenvalues are known). Not relative to max|λ|: where J̄ is strongly non-normal, max|λ| ≪ σ₁ and rounding
+    spreads its zero eigenvalues to about κ·εσ₁, far above τ·max|λ|.
     """
+    rho = np.abs(np.asarray(eigvals))
+    if rank is None:
+        ref = (float(rho.max()) if len(rho) else 0.0) if sigma_max is None else float(sigma_max)
+        return rho > tol * ref
+    keep = np.zeros(len(rho), dtype=bool)
+    keep[np.argsort(-rho, kind="stable")[: max(int(rank), 0)]] = True
+    return keep & (rho > 0)
+
+
+def complex_modes(
+    eigvals: np.ndarray, tol: float, sigma_max: float, kappa: np.ndarray | None = None, *, eps: float | None = None
+) -> np.ndarray:
+    """Mask of the eigenvalues that are complex beyond their precision: |Im λ_i| > c · κ_i · ε · σ₁ (c = MODE_C).
+
+    ε is the precision J̄ carries (`eps`; default τ/d from the rank tolerance τ = `tol`, d = len(eigvals)).
+    Its rounding E has ‖E‖₂ ≤ c·ε·σ₁ and moves λ_i by at most κ_i‖E‖₂ to first order (κ_i its condition
+    number; Wilkinson). A simple real eigenvalue stays exactly real under a real E (LAPACK returns Im = 0);
+    only two real eigenvalues closer than their precision can be split into a pair, and for that 2×2 block
+    |Im λ|·κ is half the sum of its couplings, so the rule counts the pair complex when its weaker coupling
+    exceeds the rounding. Without eigenvectors (κ unknown, e.g. a triangular Schur form) κ_i = 1.
+    """
+    eigvals = np.asarray(eigvals)
+    eps = mode_precision(tol, len(eigvals)) if eps is None else float(eps)
     kappa = 1.0 if kappa is None else np.maximum(np.asarray(kappa), 1.0)
-    return np.abs(np.imag(eigvals)) > kappa * tol * float(sigma_max)
+    return np.abs(np.imag(eigvals)) > MODE_C * kappa * eps * float(sigma_max)
+
+
+def mode_flags(dec: Decomposition, tol: float, eps: float | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """(non-zero mask, complex mask ∧ non-zero, numerical rank r) of one decomposition: the spectra.tsv modes.
+
+    Non-zero: ``nonzero_modes``, the r largest |λ|; complex: ``complex_modes`` with the eigenvalue condition
+    numbers; ε = `eps` (default τ/d).
+    """
+    d = len(dec.eigvals)
+    eps = mode_precision(tol, d) if eps is None else float(eps)
+    s1 = float(dec.s[0]) if len(dec.s) else 0.0
+    r = numerical_rank(dec.s, tol)
+    nz = nonzero_modes(dec.eigvals, tol, sigma_max=s1, rank=r)
+    cplx = complex_modes(dec.eigvals, tol, s1, dec.eig_condition, eps=eps) & nz
+    return nz, cplx, r
 
 
 def frac_expansive(eigvals: np.ndarray, mask: np.ndarray | None = None) -> float:
@@ -129,30 +171,41 @@ def frac_expansive(eigvals: np.ndarray, mask: np.ndarray | None = None) -> float
 
 def frac_complex(
     eigvals: np.ndarray,
-    tol: float = EPS["float32"],
+    tol: float | None = None,
     sigma_max: float | None = None,
     kappa: np.ndarray | None = None,
     mask: np.ndarray | None = None,
+    *,
+    eps: float | None = None,
 ) -> float:
     """Fraction of complex eigenvalues (``complex_modes``) among those in `mask` (all by default).
 
-    ``sigma_max`` defaults to max|λ| (when only the eigenvalues are known, e.g. in a figure).
+    ``tol`` defaults to ``rank_tolerance(d)``, ``sigma_max`` to max|λ| (when only the eigenvalues are known).
     """
     eigvals = np.asarray(eigvals)
     if not len(eigvals):
         return float("nan")
+    tol = rank_tolerance(len(eigvals)) if tol is None else float(tol)
     smax = float(np.max(np.abs(eigvals))) if sigma_max is None else sigma_max
-    cplx = complex_modes(eigvals, tol, smax, kappa)
+    cplx = complex_modes(eigvals, tol, smax, kappa, eps=eps)
     if mask is not None:
         cplx = cplx[mask]
     return float(np.mean(cplx)) if len(cplx) else float("nan")
 
 
 def self_realignment(U: np.ndarray, Vh: np.ndarray, k: int) -> float:
-    """Self-realignment SR_k = ‖U_kᴴ V_k‖_F² / k of the top-k left and right singular subspaces (k capped at d)."""
+    """Self-realignment SR_k = ‖U_kᴴ V_k‖_F² / k of the top-k left and right singular subspaces (k capped at d;
+    nan for k = 0)."""
     k = min(int(k), U.shape[1])
+    if k < 1:
+        return float("nan")
     overlap = U[:, :k].conj().T @ Vh[:k].conj().T  # (k, k): U_kᴴ V_k
     return float(np.sum(np.abs(overlap) ** 2) / k)
+
+
+def sr_dimension(sr_k: int, rank: int) -> int:
+    """k' = min(k, r): SR_k over the numerically non-zero singular directions only (0 at rank 0: SR is nan)."""
+    return max(0, min(int(sr_k), int(rank)))
 
 
 def henrici_departure(J: np.ndarray, eigvals: np.ndarray) -> float:
@@ -186,24 +239,28 @@ def participation_ratio(s: np.ndarray) -> float:
 
 
 def spectral_metrics(
-    J: np.ndarray, *, sr_k: int = 64, tol: float | None = None, dec: Decomposition | None = None
+    J: np.ndarray,
+    *,
+    sr_k: int = 64,
+    tol: float | None = None,
+    dec: Decomposition | None = None,
+    eps: float | None = None,
 ) -> dict[str, float]:
     """Every METHODS §2.3 metric of one matrix (from its decomposition, computed unless given), plus extras.
 
     τ = `tol` (default: ``rank_tolerance(d)``) sets the numerical rank r = #{σ_i > τσ₁} and the numerically
-    non-zero eigenvalues |λ_i| > τ·max|λ|; cond = σ₁/σ_r and the complex and expansive fractions count over
-    those modes (``cond_full``, ``frac_complex_d``, ``frac_expansive_d``: the same over all d, σ₁/σ_d and
-    counts / d). A complex eigenvalue is one with |Im λ| beyond its precision (``complex_modes``).
+    non-zero eigenvalues (``mode_flags``: the r largest |λ_i|); cond = σ₁/σ_r and the complex and
+    expansive fractions count over those modes (``cond_full``, ``frac_complex_d``, ``frac_expansive_d``: the
+    same over all d, σ₁/σ_d and counts / d). A complex eigenvalue is one with |Im λ| beyond its precision
+    (``complex_modes``, ε = `eps`, default τ/d). SR_k uses k' = min(k, r) (``sr_dimension``; nan at r = 0).
     """
     dec = decompose(J) if dec is None else dec
     d = J.shape[0]
     tol = rank_tolerance(d) if tol is None else float(tol)
-    k = min(int(sr_k), d)
     rho = np.abs(dec.eigvals)
-    r = numerical_rank(dec.s, tol)
-    nz = nonzero_modes(dec.eigvals, tol)
+    nz, cplx, r = mode_flags(dec, tol, eps)
+    k = sr_dimension(sr_k, r)
     n_modes = int(nz.sum())
-    cplx = complex_modes(dec.eigvals, tol, float(dec.s[0]) if len(dec.s) else 0.0, dec.eig_condition) & nz
     expa = (rho > 1) & nz
     per_mode = (lambda c: float(c.sum() / n_modes)) if n_modes else (lambda c: float("nan"))
     return {
@@ -220,9 +277,10 @@ def spectral_metrics(
         "cond_full": condition_number(dec.s),
         "frac_expansive_d": float(expa.sum() / d),
         "frac_complex_d": float(cplx.sum() / d),
+        "frac_complex_max": per_mode(nz & (np.imag(dec.eigvals) != 0)),
         "rank_tol": tol,
         "sr_k": k,
-        "sr_baseline": k / d,
+        "sr_baseline": k / d if k else float("nan"),
         "fro_norm": float(np.linalg.norm(J)),
         "sigma_max": float(dec.s[0]),
         "sigma_min": float(dec.s[-1]),
@@ -255,7 +313,8 @@ def spectra_row(
     m = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=dec)
     row = {"boundary": name, "layer": layer, "kind": kind, "n_samples": int(n_samples), **m}
     if deltas is not None:
-        reps = metric_replicates(J, deltas, tol=tol, sr_k=sr_k, dec=dec, method=ci_method)
+        # the replicates measure the same statistic: SR over the point estimate's k' = min(k, r)
+        reps = metric_replicates(J, deltas, tol=tol, sr_k=m["sr_k"], dec=dec, method=ci_method)
         for metric in CI_METRICS:
             lo, hi = metric_interval(metric, m[metric], reps[metric], weights, ci_level)
             row[f"{metric}_ci_low"], row[f"{metric}_ci_high"] = lo, hi
@@ -302,9 +361,9 @@ def eigenvalue_frame(name: str, item, tol: float | None = None) -> pd.DataFrame:
     cols["abs"] = np.abs(lam)[order]
     if isinstance(item, Decomposition):
         tol = rank_tolerance(len(lam)) if tol is None else float(tol)
-        nz = nonzero_modes(lam, tol)
+        nz, cplx, _ = mode_flags(item, tol)
         cols["nonzero"] = nz[order]
-        cols["complex"] = (complex_modes(lam, tol, float(item.s[0]), item.eig_condition) & nz)[order]
+        cols["complex"] = cplx[order]
     return pd.DataFrame(cols)
 
 
