@@ -697,3 +697,22 @@ def test_repeated_alphas_are_refused_by_the_schema_and_stepped_once_by_the_code(
     once = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=7, sr_k=4)
     twice = schur.schur_surgery(mats, alphas=[0, 0.5, 0.5, 1, 1.0], seed=7, sr_k=4)
     pd.testing.assert_frame_equal(once, twice)
+
+
+def test_an_unbounded_condition_number_interval_is_inf_and_written(tmp_path):
+    """σ_r at the rank threshold: replicates that move σ_r by about σ_r give cond an upper end of inf (the data do
+    not bound σ₁/σ_r), not an overflow; the table writer accepts it, and still refuses inf elsewhere."""
+    from layergeom import io
+    from layergeom.spectral import intervals
+
+    K = 16
+    w = np.full(K, 1 / K)
+    reps = np.exp(np.where(np.arange(K) % 2, 400.0, -400.0))  # log-replicates ±400 around log 1
+    lo, hi = intervals.metric_interval("cond", 1.0, reps, w, 0.95)
+    assert hi == np.inf and lo == 1.0  # clipped to cond's range [1, inf]
+    lo_e, hi_e = intervals.jackknife_interval(1.0, np.exp(np.linspace(-1, 1, K)), w, 0.95, "log")
+    assert 0 < lo_e < 1 < hi_e < np.inf
+    row = {"boundary": "L0.mlp", "layer": 0, "kind": "mlp", "cond": 4e4, "cond_ci_low": lo, "cond_ci_high": hi}
+    io.write_tsv(pd.DataFrame([row]), tmp_path / "spectra.tsv", stage="spectra")
+    with pytest.raises(Exception, match="erank_ci_high"):
+        io.write_tsv(pd.DataFrame([{**row, "erank_ci_high": np.inf}]), tmp_path / "bad.tsv", stage="spectra")

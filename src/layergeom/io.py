@@ -36,7 +36,14 @@ log = logging.getLogger("layergeom")
 FIGURE_DPI = 150
 
 #: columns whose definition includes an infinity, and its sign
-INFINITE = {"cond": 1.0, "b_cond": 1.0, "cond_full": 1.0, "b_cond_full": 1.0, "log_norm": -1.0}
+INFINITE = {
+    "cond": 1.0,
+    "b_cond": 1.0,
+    "cond_full": 1.0,
+    "b_cond_full": 1.0,
+    "cond_ci_high": 1.0,  # the data do not bound σ₁/σ_r from above when σ_r may be 0 (intervals.jackknife_interval)
+    "log_norm": -1.0,
+}
 #: columns defined for every finite input: a nan there is an overflow, not an undefined value
 ALWAYS_DEFINED = (
     "kl",

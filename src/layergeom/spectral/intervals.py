@@ -110,7 +110,9 @@ def jackknife_interval(
 ) -> tuple[float, float]:
     """(low, high): θ̂ ± t_{K−1} √v, v = K/(K−1) Σ_k (1−w_k)² (θ_k − θ̂)²; `scale` log works on log θ.
 
-    Replicates that are not finite make the interval nan (an undefined metric has no interval).
+    Replicates that are not finite make the interval nan (an undefined metric has no interval). On the log
+    scale an upper end past the largest float is ``inf``: the data do not bound θ from above (a condition number
+    σ₁/σ_r whose replicates move σ_r by about σ_r itself: σ_r may be 0).
     """
     reps = np.asarray(reps, dtype=np.float64)
     K = len(reps)
@@ -123,7 +125,10 @@ def jackknife_interval(
     v = K / (K - 1) * float(np.sum((1 - np.asarray(weights)) ** 2 * (reps - theta) ** 2))
     half = float(stats.t.ppf((1 + level) / 2, K - 1)) * np.sqrt(v)
     lo, hi = theta - half, theta + half
-    return (float(np.exp(lo)), float(np.exp(hi))) if scale == "log" else (float(lo), float(hi))
+    if scale == "log":
+        with np.errstate(over="ignore"):  # exp(hi) = inf: unbounded above
+            return float(np.exp(lo)), float(np.exp(hi))
+    return float(lo), float(hi)
 
 
 #: per metric: the scale of its interval and the range it is clipped to
