@@ -14,6 +14,7 @@ with job(sm, seed=seed, threads=sm.threads):
         dtype=cfg["dtype"],
         rank_tol=cfg["rank_tol"],
         boundary_metrics=cfg["schur_boundary_metrics"],
+        orders=cfg["schur_orders"],
         ci_level=cfg["ci_level"],
         ci_blocks=cfg["schur_ci_blocks"],
         ci_controls=cfg["schur_ci_controls"],

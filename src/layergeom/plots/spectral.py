@@ -187,19 +187,32 @@ def plot_cumulative(tables: dict[str, pd.DataFrame], primary: str, title: str):
     return fig
 
 
+def order_band(ax, x, table: pd.DataFrame, color) -> bool:
+    """Hatch the range of the erank over random Schur orders (erank_order_min/_max) where the table has it."""
+    lo, hi = "erank_order_min", "erank_order_max"
+    if lo not in table or hi not in table or not np.isfinite(table[lo]).any():
+        return False
+    ax.fill_between(np.asarray(x, float), table[lo], table[hi], facecolor="none", edgecolor=color, hatch="////",
+                    lw=0, alpha=0.6)  # fmt: skip
+    return True
+
+
 def plot_schur(tables: dict[str, pd.DataFrame], title: str, primary: str = "update"):
     """Per checkpoint and cumulative variant: erank vs depth for each α (own N solid, random control dashed,
-    bands where intervals exist), and erank at full depth against α with its interval."""
+    jackknife bands shaded, the range over random eigenvalue orders hatched), and erank at full depth against
+    α with its interval and, beside it, its range over the orders."""
     nr = len(tables)
     variants = list(dict.fromkeys(v for df in tables.values() for v in df.get("variant", pd.Series([primary]))))
     variants.sort(key=lambda v: v != primary)
     fig, axes = plt.subplots(nr, 2 * len(variants), figsize=(4.4 * 2 * len(variants), 3.2 * nr), squeeze=False)
+    spread = False
     for i, (ck, df) in enumerate(tables.items()):
         if "variant" not in df:
             df = df.assign(variant=primary)
         alphas = sorted(df["alpha"].unique())
         cmap = plt.get_cmap("plasma")
         col = {a: cmap(0.85 * k / max(len(alphas) - 1, 1)) for k, a in enumerate(alphas)}
+        step = 0.02 * (max(alphas) - min(alphas) or 1)  # the order range beside the interval
         for j, variant in enumerate(variants):
             dv = df[df["variant"] == variant]
             name = "J(α)" if variant == "update" else "I + J(α)"
@@ -211,6 +224,8 @@ def plot_schur(tables: dict[str, pd.DataFrame], title: str, primary: str = "upda
                 ls = "-" if control == "none" else "--"
                 ax.plot(part["depth"], part["erank"], color=col[a], ls=ls, lw=1.2, label=f"α={a:g}, {control}")
                 band(ax, part["depth"], part, "erank", col[a])
+                if control == "none" and a < 1:
+                    spread |= order_band(ax, part["depth"], part, col[a])
             ax.set_yscale("log")
             ax.set_xlabel("depth (boundaries composed)", fontsize=8)
             ax.set_ylabel(f"erank of Π {name}", fontsize=8)
@@ -225,14 +240,22 @@ def plot_schur(tables: dict[str, pd.DataFrame], title: str, primary: str = "upda
                 if "erank_ci_low" in part and np.isfinite(part["erank_ci_low"]).any():
                     yerr = np.vstack([part["erank"] - part["erank_ci_low"], part["erank_ci_high"] - part["erank"]])
                     yerr = np.where(np.isfinite(yerr), yerr, 0)
-                ax.errorbar(part["alpha"], part["erank"], yerr=yerr, marker="o", capsize=3,
-                            ls="-" if control == "none" else "--", label=control)  # fmt: skip
+                line = ax.errorbar(part["alpha"], part["erank"], yerr=yerr, marker="o", capsize=3,
+                                   ls="-" if control == "none" else "--", label=control)  # fmt: skip
+                if control == "none" and "erank_order_min" in part:
+                    ok = np.isfinite(part["erank_order_min"]) & (part["alpha"] < 1)
+                    if ok.any():
+                        ax.vlines(part["alpha"][ok] + step, part["erank_order_min"][ok], part["erank_order_max"][ok],
+                                  color=line[0].get_color(), lw=3, alpha=0.5, label="none: range over orders")  # fmt: skip
+                        spread = True
             ax.set_xlabel("α (scale of the strictly upper Schur part)", fontsize=8)
             ax.set_ylabel("erank at full depth", fontsize=8)
             ax.set_title(f"{ck}: bottleneck vs non-normality ({variant})", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.legend(title="N", fontsize=7, title_fontsize=7, frameon=False)
-    fig.suptitle(f"{title}: Schur surgery J(α) = Q(Λ + αN)Q*, both cumulative operators", fontsize=10)
+    note = "; hatched / bars beside: range over random eigenvalue orders" if spread else ""
+    fig.suptitle(f"{title}: Schur surgery J(α) = Q(Λ + αN)Q*, both cumulative operators (canonical order |λ|↓; "
+                 f"bands: {ci_label(tables)} intervals{note})", fontsize=9)  # fmt: skip
     fig.tight_layout()
     return fig
 

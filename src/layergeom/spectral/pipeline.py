@@ -404,7 +404,8 @@ def write_schur(
     """schur.tsv (both cumulative variants) with jackknife intervals over `ci_blocks` blocks of sample groups.
 
     ``ci_blocks`` 0 writes no intervals. ``snapshot_s``: save the products every that many seconds, and resume
-    from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, variants, sr_k, boundary_metrics).
+    from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, variants, sr_k, boundary_metrics,
+    orders).
     """
     d = files[files.names[0]].shape[0]
     tol = rank_tolerance(d, dtype, rank_tol)

@@ -6,16 +6,31 @@ Complex Schur ``J̄ = Q (Λ + N) Qᴴ``: Λ the eigenvalues, N strictly upper tr
 Gaussian, seeded per boundary). J(α) is generally complex; the metrics use conjugate transposes.
 Per-boundary metrics are unitarily invariant, so they are computed on the triangular ``Λ + αN`` directly;
 the cumulative operators need ``J(α) = J₀ + α·Q N Qᴴ`` in the common basis, composed as the update
-(``J(α)``) or the residual map (``I + J(α)``): both variants, like cumulative.tsv.
+(``J(α)``) or the residual map (``I + J(α)``): both variants, like cumulative.tsv. The eigenvalue-only
+metrics (mode counts and fractions, spectral radius) are J̄'s at every α and for both controls: they are
+taken from ``spectral_metrics`` of J̄ itself, so that they equal spectra.tsv's.
 
-**Order of the Schur form.** The normal part J₀ = QΛQᴴ depends on the order of the eigenvalues along the
-diagonal of T (Q's leading columns span the invariant subspace of the leading eigenvalues). LAPACK's order
-is whatever its QR iteration deflates first, and the numerically zero eigenvalues of a rank-deficient J̄
-(grouped-query attention: d − n_kv·d_head of them, at float32 rounding level) fall anywhere in it, so J₀
-would depend on rounding. The Schur form here is reordered (LAPACK trsen) so that the numerically non-zero
-eigenvalues (|λ| > τ·max|λ|, τ the rank tolerance) come first: J₀ then maps onto the invariant subspace of
-the modes J̄ resolves, which for a semisimple zero eigenvalue is the range of J̄. Within the non-zero modes
-LAPACK's order stands (the paper's definition leaves it open).
+**Order of the Schur form.** J = Q T Qᴴ is a Schur form for every order of the eigenvalues along the diagonal
+of T, and the normal part J₀ = QΛQᴴ depends on it (Q's leading k columns span the invariant subspace of the
+first k eigenvalues) whenever N ≠ 0; LAPACK's order is whatever its QR iteration deflates first. The order
+here is canonical (``canonical_order``): the numerically non-zero modes (as many as spectra.tsv's ``n_modes``,
+the largest |λ|) by **|λ| descending**, a conjugate pair adjacent (Im λ > 0 first), equal moduli by
+|arg λ| ascending; then the numerically zero modes (grouped-query attention: d − n_kv·d_head of them, at
+rounding level) in LAPACK's order. Why |λ| descending: it is the order in which orthogonal (subspace) iteration
+on J̄ finds its Schur vectors, so for every k at a gap |λ_k| > |λ_k+1| the leading k Schur vectors span J̄'s
+dominant k-dimensional invariant subspace, the directions that powers and products of J̄ keep, and J₀ keeps
+exactly those subspaces with their eigenvalues. Pairs adjacent: at the end of a pair the leading subspace is
+a real invariant subspace of the real J̄ (as in its real Schur form). Zero modes last: J₀ then maps onto the
+invariant subspace of the modes J̄ resolves (for a semisimple zero eigenvalue, the range of J̄), whatever
+rounding did to the zero block. The reordering is LAPACK's (ztrexc swaps, unitary: Q T Qᴴ is unchanged).
+
+**Spread over orders** (``orders``): the paper's definition leaves the order open, so the cumulative erank is
+also composed for K orders drawn uniformly at random among the permutations of the non-zero modes (zero
+block kept last; seeded by the boundary's depth, so a resumed run draws the same), and schur.tsv reports
+its range at every depth (``erank_order_min``/``_max``). Each order's Schur basis is the Q factor of the
+permuted eigenvector matrix of the triangular T (``permuted_basis``: the invariant subspace of the first k
+eigenvalues is spanned by their eigenvectors), checked by its backward error ‖tril(Zᴴ T Z, −1)‖_F ≤ r·ε·‖T‖_F
+and swapped into place by LAPACK (ztrexc) instead where that check fails (close, nearly defective eigenvalues).
 
 **Intervals** (``intervals``): the cumulative J(α) products carry first-order tangents for K jackknife
 replicates, like cumulative.tsv. The tangent of J(α) = αJ̄ + (1−α)J₀ needs that of J₀: with Q' = Q(I + W),
@@ -23,8 +38,9 @@ W skew-Hermitian, the rotated T stays triangular when the strictly lower part of
 (E = QᴴΔQ), a triangular Sylvester system solved blockwise (LAPACK trsyl, recursive, level-3 updates);
 then δJ₀ = Q(WΛ − ΛW + diag(E + TW − WT))Qᴴ. Rotations inside the numerically zero block are frozen (its
 eigenvalues are rounding, its J₀ is 0). The tangent holds the eigenvalue order fixed: it is the sampling
-variability of the surgery at this order. The random control Q N' Qᴴ (a fixed draw N') also depends on the
-phases of the Schur vectors, which LAPACK fixes arbitrarily; its tangent carries them along (W_ii = 0).
+variability of the surgery at the canonical order (the spread over orders is reported beside it). The random
+control Q N' Qᴴ (a fixed draw N') also depends on the phases of the Schur vectors, which LAPACK fixes
+arbitrarily; its tangent carries them along (W_ii = 0).
 """
 
 from __future__ import annotations
@@ -35,13 +51,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import scipy.linalg
-from scipy.linalg.lapack import ztrsen, ztrsyl
+from scipy.linalg.lapack import ztrexc, ztrsyl
+from scipy.optimize import linear_sum_assignment
 
 from ..linalg import svd
 from .cumulative import VARIANTS, step_operator, tangent_floor
-from .spectra import Decomposition, nonzero_modes, rank_tolerance, spectral_metrics
+from .spectra import Decomposition, decompose, nonzero_modes, rank_tolerance, spectral_metrics
 
 CONTROLS = ("none", "random")
+#: the per-boundary metrics that depend on the eigenvalues alone: J̄'s at every α and for both controls
+EIGEN_ONLY = ("n_modes", "frac_complex", "frac_expansive", "frac_complex_d", "frac_expansive_d", "spectral_radius")
+#: last word of the seed sequence [seed, boundary index, ORDER_STREAM] of the random orders (the control: 2 words)
+ORDER_STREAM = 23
 
 
 @dataclass
@@ -59,33 +80,132 @@ class SchurForm:
         return (self.Q * self.lam) @ self.Q.conj().T
 
 
-def schur_form(J: np.ndarray, tol: float | None = None) -> SchurForm:
-    """Complex Schur decomposition J = Q (Λ + N) Qᴴ in complex128, numerically non-zero eigenvalues first.
+def schur_form(J: np.ndarray, tol: float | None = None, n_modes: int | None = None) -> SchurForm:
+    """Complex Schur decomposition J = Q (Λ + N) Qᴴ in complex128, in the canonical order (``canonical_order``).
 
     A real J goes through the real Schur form and scipy.linalg.rsf2csf (a complex Schur form of J, about
-    twice as fast as the complex QR iteration that ``schur(output='complex')`` runs on a real input). `tol`
-    is the relative rank tolerance τ (default ``rank_tolerance(d)``); modes |λ| ≤ τ·max|λ| are moved last.
+    twice as fast as the complex QR iteration that ``schur(output='complex')`` runs on a real input).
+    `n_modes` non-zero modes (spectra.tsv's count; default: ``nonzero_modes`` of the Schur eigenvalues with
+    the relative tolerance `tol`, default ``rank_tolerance(d)``) lead, the rest is the zero block.
     """
     J = np.asarray(J)
-    if np.iscomplexobj(J):
-        T, Q = scipy.linalg.schur(J.astype(np.complex128), output="complex")
-    else:
+    real = not np.iscomplexobj(J)
+    if real:
         T, Q = scipy.linalg.rsf2csf(*scipy.linalg.schur(J.astype(np.float64), output="real"))
-    T, Q, r = nonzero_first(T, Q, rank_tolerance(J.shape[0]) if tol is None else tol)
-    return SchurForm(Q=Q, lam=np.diag(T).copy(), N=np.triu(T, 1), n_nonzero=r)
+    else:
+        T, Q = scipy.linalg.schur(J.astype(np.complex128), output="complex")
+    lam = np.diag(T)
+    if n_modes is None:
+        n_modes = int(nonzero_modes(lam, rank_tolerance(J.shape[0]) if tol is None else tol).sum())
+    T, Q = reorder_schur(T, Q, canonical_order(lam, n_modes, real))
+    return SchurForm(Q=Q, lam=np.diag(T).copy(), N=np.triu(T, 1), n_nonzero=int(n_modes))
 
 
-def nonzero_first(T: np.ndarray, Q: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray, int]:
-    """Reorder a complex Schur form (T, Q) so the numerically non-zero eigenvalues lead (LAPACK ztrsen, a
-    unitary reordering: Q T Qᴴ is unchanged); returns (T, Q, their number r). LAPACK's QR iteration usually
-    deflates the small eigenvalues last already; this makes it a rule."""
-    nz = nonzero_modes(np.diag(T), tol)
-    r = int(nz.sum())
-    if 0 < r < len(nz) and not nz[:r].all():
-        T, Q, _, _, _, _, info = ztrsen(nz.astype(np.int32), T, Q, job="N")
-        if info != 0:
-            raise RuntimeError(f"LAPACK ztrsen failed to reorder the Schur form (info={info})")
-    return T, Q, r
+def conjugate_pairs(lam: np.ndarray) -> np.ndarray:
+    """partner[i] = the index of λ_i's conjugate (Im λ_i ≠ 0; matched by least |λ_j − conj λ_i|), else −1."""
+    partner = np.full(len(lam), -1)
+    up, lo = np.flatnonzero(lam.imag > 0), np.flatnonzero(lam.imag < 0)
+    if len(up) and len(lo):
+        rows, cols = linear_sum_assignment(np.abs(np.conj(lam[up])[:, None] - lam[lo][None, :]))  # (p, q) cost
+        partner[up[rows]], partner[lo[cols]] = lo[cols], up[rows]
+    return partner
+
+
+def canonical_order(lam: np.ndarray, n_modes: int, real: bool = True) -> np.ndarray:
+    """Positions of `lam` in the canonical order: the `n_modes` largest |λ| by |λ| descending, then the rest.
+
+    Ties in |λ| go by |arg λ| ascending, then Im λ > 0 first, then by position. For a real matrix (`real`) a
+    conjugate pair is one unit (modulus and |arg| of its Im > 0 member) placed Im > 0 first, so the pair stays
+    adjacent even where rounding makes its two moduli differ in the last bit. The rest (the numerically zero
+    modes) keeps its order.
+    """
+    lam = np.asarray(lam)
+    n = len(lam)
+    partner = conjugate_pairs(lam) if real else np.full(n, -1)
+    heads = [i for i in range(n) if partner[i] < 0 or lam[i].imag > 0]  # one per unit
+    heads.sort(key=lambda i: (-abs(lam[i]), abs(np.angle(lam[i])), lam[i].imag < 0, i))
+    seq = [j for i in heads for j in ((i,) if partner[i] < 0 else (i, partner[i]))]
+    lead = seq[: int(n_modes)]
+    taken = set(lead)
+    return np.array(lead + [i for i in range(n) if i not in taken], dtype=int)
+
+
+def reorder_schur(T: np.ndarray, Q: np.ndarray, order) -> tuple[np.ndarray, np.ndarray]:
+    """The Schur form (T', Q') with diag(T') = diag(T)[order] (LAPACK ztrexc swaps, unitary: Q'T'Q'ᴴ = Q T Qᴴ).
+
+    Insertion: the eigenvalue wanted at position k moves up from where it is (the others shift down, keeping
+    their order), so the swaps are the inversions of `order`; LAPACK's order is close to |λ| descending already.
+    """
+    order = [int(i) for i in order]
+    pos = list(range(len(order)))  # pos[k]: the original index now at position k
+    if order == pos:
+        return T, Q
+    T, Q = np.asfortranarray(T, dtype=np.complex128), np.asfortranarray(Q, dtype=np.complex128)
+    for k, want in enumerate(order):
+        cur = pos.index(want, k)
+        if cur != k:
+            T, Q, info = ztrexc(T, Q, cur + 1, k + 1, overwrite_a=1, overwrite_q=1)
+            if info != 0:
+                raise RuntimeError(f"LAPACK ztrexc failed to reorder the Schur form (info={info})")
+            pos.insert(k, pos.pop(cur))
+    return T, Q  # ztrexc never writes below the diagonal
+
+
+class OrderSampler:
+    """The normal parts J₀^π = Q_π Λ_π Q_πᴴ of J̄ at other orders π of its non-zero modes (zero block last).
+
+    ``normal_part(perm)`` permutes the first r = n_nonzero modes of the canonical form; the zero block's
+    Schur vectors and eigenvalues stay (their invariant subspace is the same for every order of the rest).
+    """
+
+    def __init__(self, form: SchurForm):
+        self.form = form
+        d = len(form.lam)
+        self.r = d if form.n_nonzero is None else int(form.n_nonzero)
+        r = self.r
+        self.T11 = np.diag(form.lam[:r]) + form.N[:r, :r]  # (r, r) upper triangular
+        Qz = form.Q[:, r:]
+        self.J0_zero = (Qz * form.lam[r:]) @ Qz.conj().T  # (d, d): the zero block's share of J₀
+        self.Y = None
+        if r > 1:
+            w, Y = scipy.linalg.eig(self.T11)  # eigenvectors of a triangular matrix (LAPACK trevc)
+            if np.array_equal(w, form.lam[:r]) and np.isfinite(Y).all():  # in diagonal order
+                self.Y = Y
+        self.fallbacks = 0
+
+    def basis(self, perm: np.ndarray) -> np.ndarray:
+        """Z (r, r) unitary with Zᴴ T11 Z upper triangular and diagonal λ[perm] (``permuted_basis``, or LAPACK)."""
+        Z = None if self.Y is None else permuted_basis(self.T11, self.Y, perm)
+        if Z is None:
+            self.fallbacks += 1
+            Z = reorder_schur(self.T11, np.eye(self.r, dtype=np.complex128), perm)[1]
+        return Z
+
+    def normal_part(self, perm: np.ndarray) -> np.ndarray:
+        """J₀^π = (Q_1 Z) diag(λ[perm]) (Q_1 Z)ᴴ + the zero block's Q_2 Λ_2 Q_2ᴴ, (d, d) complex."""
+        r = self.r
+        if r < 2:
+            return self.form.normal_part
+        W = self.form.Q[:, :r] @ self.basis(perm)  # (d, r) the Schur vectors in order π
+        return (W * self.form.lam[:r][perm]) @ W.conj().T + self.J0_zero
+
+
+def permuted_basis(T: np.ndarray, Y: np.ndarray, perm: np.ndarray) -> np.ndarray | None:
+    """Z = Q factor of Y[:, perm] (Y the eigenvectors of the upper-triangular T): its first k columns span the
+    invariant subspace of λ[perm[:k]], so Zᴴ T Z is upper triangular with diagonal λ[perm]. None when its
+    backward error ‖tril(Zᴴ T Z, −1)‖_F exceeds r·ε·‖T‖_F (close eigenvalues: their eigenvectors are not
+    accurate enough; LAPACK's swaps are backward stable there)."""
+    r = len(T)
+    Z, _ = np.linalg.qr(Y[:, perm])  # (r, r)
+    lower = np.tril(Z.conj().T @ (T @ Z), -1)
+    ok = np.linalg.norm(lower) <= r * np.finfo(np.float64).eps * np.linalg.norm(T)
+    return Z if ok else None
+
+
+def random_orders(n: int, K: int, seed: int, index: int) -> list[np.ndarray]:
+    """K uniformly random permutations of n modes, seeded by [seed, boundary index, ORDER_STREAM]."""
+    g = np.random.default_rng([int(seed), int(index), ORDER_STREAM])
+    return [g.permutation(n) for _ in range(int(K))]
 
 
 def random_strict_upper(d: int, fro: float, rng: np.random.Generator) -> np.ndarray:
@@ -201,19 +321,13 @@ def schur_tangent(form: SchurForm, J: np.ndarray, deltas: np.ndarray, keep_rotat
 
 
 # ---- the surgery table -------------------------------------------------------------------------------
-def boundary_metrics_at(
-    form: SchurForm, N: np.ndarray, alpha: float, sr_k: int, tol: float, J: np.ndarray | None = None
-) -> dict:
-    """Every per-boundary metric of J_b(α) = Q(Λ + αN)Qᴴ, from the unitarily similar triangular Λ + αN.
+def boundary_metrics_at(form: SchurForm, N: np.ndarray, alpha: float, sr_k: int, tol: float, eigen: dict) -> dict:
+    """Every per-boundary metric of J_b(α) = Q(Λ + αN)Qᴴ, from the unitarily similar triangular Λ + αN, with
+    the eigenvalue-only ones (EIGEN_ONLY) from `eigen` (J̄'s ``spectral_metrics``: the same eigenvalues).
 
-    α = 0 needs no SVD: a diagonal matrix has σ = |λ| sorted and U_kᴴV_k a diagonal of phases (SR = 1);
-    α = 1 with the own N is J̄ itself (`J`: a real SVD, the eigenvalues from the Schur form).
+    α = 0 needs no SVD: a diagonal matrix has σ = |λ| sorted and U_kᴴV_k a diagonal of phases (SR = 1).
     """
-    if alpha == 1 and J is not None:
-        U, s, Vh = svd(J)
-        dec = Decomposition(eigvals=form.lam, U=U, s=s, Vh=Vh)
-        T = J
-    elif alpha == 0:
+    if alpha == 0:
         lam = form.lam
         order = np.argsort(-np.abs(lam), kind="stable")
         d = len(lam)
@@ -225,8 +339,14 @@ def boundary_metrics_at(
         T = np.diag(form.lam) + alpha * N
         U, s, Vh = svd(T)
         dec = Decomposition(eigvals=form.lam, U=U, s=s, Vh=Vh)
-    m = spectral_metrics(T, sr_k=sr_k, tol=tol, dec=dec)
+    m = spectral_metrics(T, sr_k=sr_k, tol=tol, dec=dec) | {k: eigen[k] for k in EIGEN_ONLY if k in eigen}
     return {f"b_{k}": v for k, v in m.items()}
+
+
+def order_spread(values: list[float]) -> tuple[float, float]:
+    """(min, max) of the erank over the random orders (nan without orders or where one is undefined)."""
+    v = np.asarray(values, dtype=np.float64)
+    return (float(v.min()), float(v.max())) if len(v) and np.isfinite(v).all() else (float("nan"), float("nan"))
 
 
 def schur_surgery(
@@ -238,6 +358,7 @@ def schur_surgery(
     sr_k: int = 64,
     tol: float | None = None,
     boundary_metrics: str = "own",
+    orders: int = 8,
     deviations=None,
     weights: np.ndarray | None = None,
     ci_level: float = 0.95,
@@ -249,40 +370,60 @@ def schur_surgery(
     ``jacobians`` maps boundary -> J̄_b (depth order; a lazy mapping is read once per boundary).
     ``deviations`` (optional) maps boundary -> (K, d, d) replicate deviations of J̄_b, with their jackknife
     ``weights``: then erank_ci_low/high for the controls in ``ci_controls`` (nan for the others).
-    Extra columns: the boundary at that depth, log ‖C_n‖_F, the ‖N‖_F of the boundary and every per-boundary
-    metric of J_b(α), prefixed ``b_`` — for the matrix's own N (boundary_metrics ``own``), for the random
-    control too (``all``) or never (``none``; nan). α = 0 is the same operator for both controls (computed
-    once); α = 1 with the own N is J̄_b itself (composed in real arithmetic, like cumulative.tsv).
-    ``snapshots`` (``layergeom.resume.Snapshots``, optional) resumes after its last snapshot (the boundaries
-    it covers are not read) and saves the products as it goes; each boundary's control N' is seeded by its
-    depth, so a resumed run draws the same.
+    ``orders`` K: erank_order_min/max, the range of the erank over K random orders of the non-zero modes
+    (``OrderSampler``), for the own N at α < 1 (α = 1 is J̄: min = max = erank; the random control's α > 0
+    rows and K = 0: nan). Extra columns: the boundary at that depth, log ‖C_n‖_F, the ‖N‖_F of the boundary
+    and every per-boundary metric of J_b(α), prefixed ``b_`` — for the matrix's own N (boundary_metrics
+    ``own``), for the random control too (``all``) or never (``none``; nan); the eigenvalue-only ones and
+    every one at α = 1 with the own N are ``spectral_metrics`` of J̄, as in spectra.tsv. α = 0 is the same
+    operator for both controls (computed once); α = 1 with the own N is J̄_b itself (composed in real
+    arithmetic, like cumulative.tsv). ``snapshots`` (``layergeom.resume.Snapshots``, optional) resumes after
+    its last snapshot (the boundaries it covers are not read) and saves the products as it goes; each
+    boundary's control N' and random orders are seeded by its depth, so a resumed run draws the same.
     """
     from .intervals import ProductChain, jackknife_interval
 
     if boundary_metrics not in ("own", "all", "none"):
         raise ValueError(f"boundary_metrics must be own, all or none, not '{boundary_metrics}'")
+    if int(orders) < 0:
+        raise ValueError(f"the number of random Schur orders must be ≥ 0, not {orders}")
     names = list(jacobians)
     alphas = list(dict.fromkeys(float(a) for a in alphas))  # a repeated α would step its chains twice
     variants = list(variants)
     ci_controls = set(ci_controls)
     runs = [(a, c) for c in CONTROLS for a in alphas if not (a == 0 and c == "random")]
     chains = {(v, a, c): None for v in variants for a, c in runs}
+    spread_alphas = [a for a in alphas if a < 1]  # α = 1 with the own N is J̄: no order
+    ochains = {(v, a, k): None for v in variants for a in spread_alphas for k in range(int(orders))}
     rows = []
     last = snapshots.load() if snapshots is not None else None
     if last is not None:
         rows = last["state"]["rows"]
         chains = {k: None if c is None else ProductChain.from_state(c) for k, c in last["state"]["chains"].items()}
+        ochains = {k: None if c is None else ProductChain.from_state(c) for k, c in last["state"]["orders"].items()}
     for bi, name in enumerate(names):
         if last is not None and bi < last["done"]:
             continue
         J = np.asarray(jacobians[name], dtype=np.float64)
         d = J.shape[0]
         tau = rank_tolerance(d) if tol is None else tol
-        form = schur_form(J, tau)
+        eigen = spectral_metrics(J, sr_k=sr_k, tol=tau, dec=decompose(J))  # J̄'s, as in spectra.tsv
+        form = schur_form(J, tau, n_modes=eigen["n_modes"])
         J0 = form.normal_part  # (d, d)
         R_own = J - J0  # = Q N Qᴴ up to rounding
         Nr = random_strict_upper(d, float(np.linalg.norm(form.N)), np.random.default_rng([seed, bi]))
         R_rand = form.Q @ Nr @ form.Q.conj().T
+        spread = {(v, a): [] for v in variants for a in spread_alphas}
+        if ochains:
+            sampler = OrderSampler(form)
+            for k, perm in enumerate(random_orders(sampler.r, orders, seed, bi)):
+                J0k = sampler.normal_part(perm)  # (d, d) one reordering for every α and variant
+                for a in spread_alphas:
+                    M = J0k if a == 0 else J0k + a * (J - J0k)
+                    for v in variants:
+                        if ochains[v, a, k] is None:
+                            ochains[v, a, k] = ProductChain(tangent_floor(d))
+                        spread[v, a].append(ochains[v, a, k].step(step_operator(M, v))[0])  # singular values only
         D = None if deviations is None else np.asarray(deviations[name])
         need = D is not None and any((a != 1 or c != "none") and (c in ci_controls or a == 0) for a, c in runs)
         tan = schur_tangent(form, J, D, keep_rotation="random" in ci_controls) if need else None
@@ -303,8 +444,10 @@ def schur_surgery(
                     dM = None
             nrm = form.N if control == "none" else Nr
             bm = None
-            if boundary_metrics == "all" or (boundary_metrics == "own" and control == "none"):
-                bm = boundary_metrics_at(form, nrm, alpha, sr_k, tau, J if control == "none" else None)
+            if alpha == 1 and control == "none" and boundary_metrics != "none":
+                bm = {f"b_{k}": v for k, v in eigen.items()}  # J̄ itself: spectra.tsv's row
+            elif boundary_metrics == "all" or (boundary_metrics == "own" and control == "none"):
+                bm = boundary_metrics_at(form, nrm, alpha, sr_k, tau, eigen)
             for v in variants:
                 key = (v, alpha, control)
                 if chains[key] is None:
@@ -314,17 +457,22 @@ def schur_surgery(
                 lo, hi = (np.nan, np.nan)
                 if dM is not None:
                     lo, hi = jackknife_interval(erank, reps, weights, ci_level, "log")
-                row |= {"erank_ci_low": lo, "erank_ci_high": hi, "boundary": name, "log_norm": log_norm}
-                row["nonnormal_fro"] = float(np.linalg.norm(nrm))
+                omin, omax = (np.nan, np.nan)
+                if orders and control == "none":
+                    omin, omax = (erank, erank) if alpha == 1 else order_spread(spread[v, alpha])
+                row |= {"erank_ci_low": lo, "erank_ci_high": hi, "erank_order_min": omin, "erank_order_max": omax}
+                row |= {"boundary": name, "log_norm": log_norm, "nonnormal_fro": float(np.linalg.norm(nrm))}
                 if bm is not None:
                     row |= bm
                 rows.append(row)
         if snapshots is not None:
-            snapshots.save(bi + 1, lambda: {"rows": rows, "chains": {k: c and c.state() for k, c in chains.items()}})
+            snapshots.save(bi + 1, lambda: {"rows": rows, "chains": {k: c and c.state() for k, c in chains.items()},
+                                            "orders": {k: c and c.state() for k, c in ochains.items()}})  # fmt: skip
     table = pd.DataFrame(rows)
     zero = table[(table["alpha"] == 0) & (table["control"] == "none")]
     table = pd.concat([table, zero.assign(control="random")], ignore_index=True)  # α = 0: one operator
-    first = ["alpha", "control", "depth", "erank", "erank_ci_low", "erank_ci_high", "variant"]
+    first = ["alpha", "control", "depth", "erank", "erank_ci_low", "erank_ci_high", "variant", "erank_order_min",
+             "erank_order_max"]  # fmt: skip
     table = table[first + [c for c in table.columns if c not in first]]
     vorder = {v: i for i, v in enumerate(variants)}
     corder = {c: i for i, c in enumerate(CONTROLS)}
