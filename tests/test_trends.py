@@ -142,3 +142,18 @@ def test_gradient_figure_per_kind(tmp_path, n_checkpoints):
     settings = {"model": "m", "label": "M", "checkpoints": cks, "n_layers": 12, "spectra": {}}
     plots.draw("gradient", inputs + trend_paths, settings, tmp_path / "g.png", tmp_path / "g.pdf")
     assert (tmp_path / "g.png").stat().st_size > 10_000
+
+
+def test_training_dynamics_per_kind(tmp_path):
+    """dynamics.edge_means: attention rising and the MLP falling by the same amount cancel in the pooled
+    henrici_early/_late, and the per-kind columns keep them apart (thirds as in trends.tsv)."""
+    from layergeom import dynamics
+
+    L = 9
+    sp = spectra_frame(L, {"attn": lambda m, x: 0.5 + 0.3 * x, "mlp": lambda m, x: 0.5 - 0.3 * x})
+    e = dynamics.edge_means(sp)
+    x = np.arange(L) / (L - 1)
+    assert e["henrici_early"] == pytest.approx(0.5) and e["henrici_late"] == pytest.approx(0.5)
+    assert e["henrici_early_attn"] == pytest.approx(np.mean(0.5 + 0.3 * x[:3]))
+    assert e["henrici_late_mlp"] == pytest.approx(np.mean(0.5 - 0.3 * x[6:]))
+    assert e["self_realign_late_attn"] == pytest.approx(np.mean(0.5 + 0.3 * x[6:]))
