@@ -101,7 +101,8 @@ def trend_row(part: pd.DataFrame, metric: str, n_layers: int, *, level: float, r
     if ok.sum() >= 3 and np.isfinite(b):
         boots = bootstrap_slopes(x[ok], y[ok], n_boot, rng)
         q = (1 - level) / 2
-        row["slope_ci_low"], row["slope_ci_high"] = (float(v) for v in np.quantile(boots, [q, 1 - q]))
+        if len(boots):
+            row["slope_ci_low"], row["slope_ci_high"] = (float(v) for v in np.quantile(boots, [q, 1 - q]))
     half = np.fmax(y - lo, hi - y)  # (n,) the larger side of each boundary's interval
     good = ok & np.isfinite(half)
     row["slope_sampling_halfwidth"] = slope_sampling_halfwidth(x[good], half[good]) if good.sum() >= 2 else np.nan
