@@ -96,3 +96,27 @@ def test_per_layer_test_controls_the_layer_fdr():
         fdp.append(found[10:].sum() / max(found.sum(), 1))
     # BH's FDR is (m0/m)·q = (20/30)·0.05 here; allow 4 standard errors of the mean FDP
     assert np.mean(fdp) < Q * 20 / 30 + 4 * np.std(fdp) / np.sqrt(len(fdp)), np.mean(fdp)
+
+
+def test_coupling_table_carries_the_per_layer_test():
+    """coupling.tsv: a layer with one planted coupling (L0.mlp) and a null layer; p_layer is the Simes p of
+    each layer's two permutation p-values and significant_layer its BH decision over the two layers."""
+    from test_topology import _defaults, _graph_nodes, henricis
+
+    from layergeom.topology.coupling import coupling_table
+
+    rng = np.random.default_rng(5)
+    d, graphs, jac = 60, {}, {}
+    for i, b in enumerate(["L0.attn", "L0.mlp", "L1.attn", "L1.mlp"]):
+        p = rng.random(d)
+        gain = 0.3 * p + 0.05 * rng.normal(size=d) if i == 1 else 0.3 * rng.random(d)
+        jac[b] = np.diag(np.exp(gain) - 1) + 1e-3 * rng.normal(size=(d, d))
+        graphs[b] = _graph_nodes(p)
+    cfg = _defaults(n_permutations=999)
+    t = coupling_table(graphs, jac, cfg, seed=0, henrici_values=henricis(jac))
+    for _, g in t.groupby("layer"):
+        assert np.allclose(g["p_layer"], simes_by_rejection(g["p_value"].to_numpy()), atol=1e-12)
+    per = t.groupby("layer")[["p_layer", "significant_layer"]].first()
+    reject, _ = fdr_bh(per["p_layer"].to_numpy(), cfg["fdr_q"])
+    assert per["significant_layer"].tolist() == reject.tolist()
+    assert per["significant_layer"].tolist()[0]  # the planted coupling makes layer 0 significant
