@@ -117,9 +117,9 @@ KIND_MARKER = {"attn": "o", "mlp": "s", "pli": "^", "block": "D"}
 KIND_NAME = {"attn": "attention", "mlp": "MLP", "pli": "per-layer input", "block": "block"}
 
 
-def trend_line(ax, trend: pd.Series, color) -> None:
-    """The OLS trend a + b·x of trends.tsv over relative depth [0, 1] (log10 metrics drawn back on their scale)."""
-    x = np.linspace(0, 1, 20)
+def trend_line(ax, trend: pd.Series, color, x_range: tuple[float, float] = (0.0, 1.0)) -> None:
+    """The OLS trend a + b·x of trends.tsv over the depths it was fitted on (log10 metrics on their scale)."""
+    x = np.linspace(*x_range, 20)
     y = trend["intercept"] + trend["slope"] * x
     if trend["scale"] == "log10":
         y = 10.0**y
@@ -165,8 +165,9 @@ def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str, tr
                 band(ax, x, part, col, colours[ck])
                 t = (trends or {}).get(ck)
                 row = None if t is None else t[(t["kind"] == kind) & (t["metric"] == col)]
-                if row is not None and len(row) and np.isfinite(row["slope"].iloc[0]):
-                    trend_line(ax, row.iloc[0], colours[ck])
+                fitted = np.isfinite(part[col].to_numpy(float))
+                if row is not None and len(row) and np.isfinite(row["slope"].iloc[0]) and fitted.any():
+                    trend_line(ax, row.iloc[0], colours[ck], (x[fitted].min(), x[fitted].max()))
             if col == "self_realign":
                 base = next(iter(tables.values()))["sr_baseline"].iloc[0]
                 ax.axhline(base, color="0.6", lw=0.8, ls=(0, (1, 2)))
@@ -176,6 +177,7 @@ def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str, tr
                 ax.set_yscale("log")
             elif col in ("self_realign", "henrici", "frac_expansive", "frac_complex"):
                 ax.set_ylim(-0.03, 1.03)  # fractions: the whole range, so bands and levels read alike
+            ax.set_xlim(-0.03, 1.03)  # the whole depth, also where a kind has values in part of it
             if r == 0:
                 ax.set_title(label, fontsize=8)
             if c == 0:
