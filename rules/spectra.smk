@@ -121,10 +121,31 @@ rule spectra_convergence:
         "../scripts/spectra_convergence.py"
 
 
+# Per-kind depth trends of the spectra.tsv metrics: thirds' means and the slope over relative depth.
+rule spectra_trends:
+    input:
+        "results/{model}/{checkpoint}/spectra.tsv",
+    output:
+        "results/{model}/{checkpoint}/trends.tsv",
+    log:
+        "logs/spectra_trends/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_trends/{model}/{checkpoint}.tsv"
+    conda:
+        "../envs/plots.yaml"
+    params:
+        spectra=lambda wc: section(wc.model, "spectra"),
+        seed=config["seed"],
+    script:
+        "../scripts/spectra_trends.py"
+
+
 # ---- figures (one per model, every checkpoint in it) ----------------------------------------------
+# figure -> (its tables, read per checkpoint in config order; title). The gradient reads the per-boundary
+# metrics and their per-kind trends.
 SPECTRA_FIGURES = {
     "eigenvalues": ("eigenvalues.tsv", "Eigenvalues of J̄_b in the complex plane"),
-    "gradient": ("spectra.tsv", "Spectral gradient through depth"),
+    "gradient": (("spectra.tsv", "trends.tsv"), "Spectral gradient through depth"),
     "cumulative": ("cumulative.tsv", "Cumulative effective rank"),
     "schur": ("schur.tsv", "Schur surgery"),
     "convergence": ("convergence.tsv", "Convergence with the number of samples"),
@@ -139,7 +160,9 @@ for _fig, (_table, _title) in SPECTRA_FIGURES.items():
             f"spectra_figure_{_fig}"
         input:
             lambda wc, table=_table: [
-                f"results/{wc.model}/{c}/{table}" for c in checkpoints(wc.model)
+                f"results/{wc.model}/{c}/{t}"
+                for t in ([table] if isinstance(table, str) else table)
+                for c in checkpoints(wc.model)
             ],
         output:
             png=report(
@@ -168,6 +191,7 @@ register_outputs(
     + per_checkpoint("results/{model}/{checkpoint}/cumulative.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/schur.tsv")
     + per_checkpoint("results/{model}/{checkpoint}/convergence.tsv")
+    + per_checkpoint("results/{model}/{checkpoint}/trends.tsv")
     + [
         f"results/figures/spectra_{f}_{m}.{ext}"
         for m in MODELS

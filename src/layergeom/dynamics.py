@@ -12,10 +12,31 @@ import numpy as np
 import pandas as pd
 
 from .io import read_tsv_if_exists
+from .names import KIND_ORDER
+from .spectral.trends import depth_thirds
 
-#: cum_erank_{update,full}: erank of the cumulative operator through every boundary, per variant
+#: cum_erank_{update,full}: erank of the cumulative operator through every boundary, per variant;
+#: henrici_early/_late pool the kinds (kept for old scripts); the per-kind columns follow the fixed ones
 COLUMNS = ["checkpoint", "step", "heldout_loss", "median_rho", "cum_erank_update", "cum_erank_full",
-           "henrici_early", "henrici_late", "n_significant_layers"]  # fmt: skip
+           "henrici_early", "henrici_late", "n_significant_layers", "n_significant_layers_simes"]  # fmt: skip
+#: spectra.tsv metrics summarised per kind over the first and last third of the layers
+KIND_METRICS = ("henrici", "self_realign", "frac_complex")
+
+
+def edge_means(spectra: pd.DataFrame) -> dict[str, float]:
+    """Mean of each metric over the first / last third of the layers: pooled (henrici only) and per kind
+    ({metric}_{early,late}_{kind}), thirds as in trends.tsv."""
+    L = int(spectra["layer"].max()) + 1
+    th = depth_thirds(spectra["layer"].to_numpy(), L)
+    out = {"henrici_early": float(spectra.loc[th["first"], "henrici"].mean()),
+           "henrici_late": float(spectra.loc[th["last"], "henrici"].mean())}  # fmt: skip
+    for kind in sorted(spectra["kind"].unique(), key=lambda k: (KIND_ORDER.get(k, 9), k)):
+        is_kind = (spectra["kind"] == kind).to_numpy()
+        for m in KIND_METRICS:
+            if m in spectra:
+                out[f"{m}_early_{kind}"] = float(spectra.loc[th["first"] & is_kind, m].mean())
+                out[f"{m}_late_{kind}"] = float(spectra.loc[th["last"] & is_kind, m].mean())
+    return out
 
 
 def checkpoint_step(name: str) -> int:
@@ -44,11 +65,12 @@ def dynamics_table(results_dir: str | Path, checkpoints: list[str]) -> pd.DataFr
                 row[f"cum_erank_{variant}"] = float(v.loc[v["depth"].idxmax(), "erank"])
         sp = read_tsv_if_exists(d / "spectra.tsv")
         if sp is not None and len(sp):
-            L = sp["layer"].max() + 1
-            row["henrici_early"] = float(sp.loc[sp["layer"] < max(1, L // 3), "henrici"].mean())
-            row["henrici_late"] = float(sp.loc[sp["layer"] >= L - max(1, L // 3), "henrici"].mean())
+            row |= edge_means(sp)
         co = read_tsv_if_exists(d / "coupling.tsv")
         if co is not None:
             row["n_significant_layers"] = int(co.loc[co["significant"].astype(bool), "layer"].nunique())
+            if "significant_layer" in co:
+                row["n_significant_layers_simes"] = int(co.loc[co["significant_layer"].astype(bool), "layer"].nunique())
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS).sort_values("step")
+    extra = list(dict.fromkeys(k for r in rows for k in r if k not in COLUMNS))
+    return pd.DataFrame(rows, columns=COLUMNS + extra).sort_values("step")

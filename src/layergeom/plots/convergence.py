@@ -1,5 +1,6 @@
 """Paper A convergence figure: ρ(RelErr, KL) and the residual angle against the number of anchors and the
-number of windows they are drawn from, one row per class, one colour per checkpoint (intervals as bars)."""
+number of windows the anchors lie in (the kNN pool and the fits stay those of the full run), one row per
+class, one colour per checkpoint (intervals as bars)."""
 
 from __future__ import annotations
 
@@ -54,9 +55,11 @@ def plot_tokenwise_convergence(tables: dict[str, pd.DataFrame], title: str):
             if j == 0:
                 ax.set_ylabel(cls, fontsize=8)
             if i == len(classes) - 1:
-                ax.set_xlabel(f"number of {axis}", fontsize=7)
+                ax.set_xlabel("number of anchors" if axis == "anchors" else "anchors of the first k windows (k)",
+                              fontsize=7)  # fmt: skip
     axes[0, 0].legend(fontsize=7, frameon=False)
-    fig.suptitle(f"{title}: Paper A headline numbers against anchors and windows (95 % intervals)", fontsize=10)
+    fig.suptitle(f"{title}: Paper A headline numbers against anchors and windows (95 % intervals; "
+                 "kNN pool and fits fixed)", fontsize=10)  # fmt: skip
     fig.tight_layout()
     return fig
 

@@ -117,49 +117,98 @@ def plot_eigenvalues(tables: dict[str, pd.DataFrame], boundaries: list[str], tit
     return fig
 
 
-def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str):
-    """κ, SR, Henrici, f_exp, f_cplx against normalised depth; one colour per checkpoint, line style per kind."""
+KIND_MARKER = {"attn": "o", "mlp": "s", "pli": "^", "block": "D"}
+KIND_NAME = {"attn": "attention", "mlp": "MLP", "pli": "per-layer input", "block": "block"}
+
+
+def trend_line(ax, trend: pd.Series, color, x_range: tuple[float, float] = (0.0, 1.0)) -> None:
+    """The OLS trend a + b·x of trends.tsv over the depths it was fitted on (log10 metrics on their scale)."""
+    x = np.linspace(*x_range, 20)
+    y = trend["intercept"] + trend["slope"] * x
+    if trend["scale"] == "log10":
+        y = 10.0**y
+    ax.plot(x, y, color=color, ls=(0, (4, 2)), lw=0.9, alpha=0.9)
+
+
+def slope_panel(ax, trends: dict[str, pd.DataFrame], metric: str, kinds: list[str]) -> None:
+    """Slope per unit relative depth with its bootstrap interval: one column per checkpoint, one marker per kind."""
+    names = list(trends)
+    for j, kind in enumerate(kinds):
+        for i, ck in enumerate(names):
+            t = trends[ck]
+            r = t[(t["kind"] == kind) & (t["metric"] == metric)]
+            if not len(r) or not np.isfinite(r["slope"].iloc[0]):
+                continue
+            r = r.iloc[0]
+            xi = i + 0.15 * (j - (len(kinds) - 1) / 2)
+            err = np.array([[r["slope"] - r["slope_ci_low"]], [r["slope_ci_high"] - r["slope"]]])
+            ax.errorbar([xi], [r["slope"]], yerr=np.where(np.isfinite(err), err, 0), marker=KIND_MARKER.get(kind, "x"),
+                        color="k", ms=3.5, capsize=2, lw=0.9)  # fmt: skip
+    ax.axhline(0, color="0.6", lw=0.7)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, fontsize=6, rotation=90 if len(names) > 3 else 0)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+
+
+def plot_gradient(tables: dict[str, pd.DataFrame], n_layers: int, title: str, trends: dict | None = None):
+    """Per kind (rows): κ, SR, Henrici, f_exp, f_cplx, erank and the numerical rank against normalised depth,
+    one colour per checkpoint with its band and (given trends.tsv) its OLS trend dashed; a last row of the
+    slopes per unit depth with their bootstrap intervals, per checkpoint and kind."""
     colours = checkpoint_colours(list(tables))
-    fig, grid = plt.subplots(2, 4, figsize=(13.5, 6.2))
-    axes = grid.ravel()
-    kinds_seen: list[str] = []
-    for ax, (col, label, logy) in zip(axes, GRADIENT_PANELS):
-        for ck, df in tables.items():
-            for kind, part in df.groupby("kind", sort=False):
-                kinds_seen.append(kind)
-                part = part.sort_values("layer")
+    kinds = list(dict.fromkeys(k for df in tables.values() for k in df["kind"]))
+    panels = [*GRADIENT_PANELS, ("numerical_rank", "numerical rank of J̄_b", False)]
+    nr, nc = len(kinds) + (trends is not None), len(panels)
+    fig, axes = plt.subplots(nr, nc, figsize=(2.45 * nc, 2.35 * nr + 0.5), squeeze=False)
+    for r, kind in enumerate(kinds):
+        for c, (col, label, logy) in enumerate(panels):
+            ax = axes[r, c]
+            for ck, df in tables.items():
+                part = df[df["kind"] == kind].sort_values("layer")
                 x = normalised_depth(part["layer"], n_layers)
-                ax.plot(x, part[col], ls=kind_style(kind), color=colours[ck], lw=1.2, marker=".", ms=3)
+                ax.plot(x, part[col], color=colours[ck], lw=1.2, marker=KIND_MARKER.get(kind, "."), ms=2.5)
                 band(ax, x, part, col, colours[ck])
-        if col == "self_realign":  # k' = min(k, rank) differs between boundaries of low rank: one line per k'/d
-            bases = pd.concat([df["sr_baseline"] for df in tables.values()]).dropna().unique()
-            for base in sorted(bases):
-                ax.axhline(base, color="0.6", lw=0.8, ls=(0, (1, 2)))
-                ax.text(0.01, base, " random k'/d", fontsize=6, color="0.4", va="bottom",
-                        transform=ax.get_yaxis_transform())  # fmt: skip
-        if logy:
-            ax.set_yscale("log")
-        elif col in ("self_realign", "henrici", "frac_expansive", "frac_complex"):
-            ax.set_ylim(-0.03, 1.03)  # fractions: the whole range, so bands and levels read alike
-        ax.set_xlabel("normalised depth", fontsize=8)
-        ax.set_title(label, fontsize=8)
-        ax.tick_params(labelsize=7)
-    handles = [Line2D([], [], color=c, lw=1.5, label=ck) for ck, c in colours.items()]
-    handles += [Line2D([], [], color="k", ls=kind_style(k), label=k) for k in dict.fromkeys(kinds_seen)]
-    ax = axes[len(GRADIENT_PANELS)]
-    for ck, df in tables.items():  # numerical rank: how much of d the mode counts are taken over
-        for kind, part in df.groupby("kind", sort=False):
-            part = part.sort_values("layer")
-            ax.plot(normalised_depth(part["layer"], n_layers), part["numerical_rank"], ls=kind_style(kind),
-                    color=colours[ck], lw=1.2, marker=".", ms=3)  # fmt: skip
-    ax.set_title("numerical rank of J̄_b", fontsize=8)
-    ax.set_xlabel("normalised depth", fontsize=8)
-    ax.tick_params(labelsize=7)
-    for ax in axes[len(GRADIENT_PANELS) + 1 : -1]:
+                t = (trends or {}).get(ck)
+                row = None if t is None else t[(t["kind"] == kind) & (t["metric"] == col)]
+                fitted = np.isfinite(part[col].to_numpy(float))
+                if row is not None and len(row) and np.isfinite(row["slope"].iloc[0]) and fitted.any():
+                    trend_line(ax, row.iloc[0], colours[ck], (x[fitted].min(), x[fitted].max()))
+            if col == "self_realign":  # k' = min(k, rank) differs between boundaries of low rank: one line per k'/d
+                parts = [df.loc[df["kind"] == kind, "sr_baseline"] for df in tables.values()]
+                for base in sorted(pd.concat(parts).dropna().unique()):
+                    ax.axhline(base, color="0.6", lw=0.8, ls=(0, (1, 2)))
+                    ax.text(0.01, base, " random k'/d", fontsize=6, color="0.4", va="bottom",
+                            transform=ax.get_yaxis_transform())  # fmt: skip
+            if logy:
+                ax.set_yscale("log")
+            elif col in ("self_realign", "henrici", "frac_expansive", "frac_complex"):
+                ax.set_ylim(-0.03, 1.03)  # fractions: the whole range, so bands and levels read alike
+            ax.set_xlim(-0.03, 1.03)  # the whole depth, also where a kind has values in part of it
+            if r == 0:
+                ax.set_title(label, fontsize=8)
+            if c == 0:
+                ax.set_ylabel(f"{KIND_NAME.get(kind, kind)} ({kind})", fontsize=8)
+            if r == len(kinds) - 1:
+                ax.set_xlabel("normalised depth", fontsize=7)
+            ax.tick_params(labelsize=6.5)
+    if trends is not None:
+        for c, (col, _, _) in enumerate(GRADIENT_PANELS):
+            ax = axes[-1, c]
+            slope_panel(ax, trends, col, kinds)
+            unit = "log10 " if col in ("cond",) else ""
+            ax.set_title(f"slope of {unit}{col} per unit depth", fontsize=7)
+            ax.tick_params(labelsize=6.5)
+        ax = axes[-1, -1]
         ax.axis("off")
-    axes[-1].axis("off")
-    axes[-1].legend(handles=handles, fontsize=8, loc="center", frameon=False, title="checkpoint / sublayer")
-    fig.suptitle(f"{title}: spectral gradient of J̄_b (bands: {ci_label(tables)} intervals)", fontsize=10)
+        handles = [Line2D([], [], color=c, lw=1.5, label=ck) for ck, c in colours.items()]
+        handles += [Line2D([], [], color="k", marker=KIND_MARKER.get(k, "x"), ls="none", label=k) for k in kinds]
+        handles += [Line2D([], [], color="0.3", ls=(0, (4, 2)), lw=0.9, label="OLS trend")]
+        ax.legend(handles=handles, fontsize=6.5 if len(handles) > 8 else 7, loc="center", frameon=False,
+                  ncol=2 if len(handles) > 8 else 1, title="checkpoint / kind", title_fontsize=7)  # fmt: skip
+    else:
+        handles = [Line2D([], [], color=c, lw=1.5, label=ck) for ck, c in colours.items()]
+        axes[0, -1].legend(handles=handles, fontsize=6, frameon=False)
+    fig.suptitle(f"{title}: spectral gradient of J̄_b per boundary kind (bands: {ci_label(tables)} intervals; "
+                 f"slopes: bootstrap over boundaries)", fontsize=10)  # fmt: skip
     fig.tight_layout()
     return fig
 
@@ -299,15 +348,19 @@ def ci_label(tables: dict[str, pd.DataFrame], column: str = "_ci_low") -> str:
 
 
 def draw(figure: str, inputs: list[str], settings: dict, png: str, pdf: str) -> None:
-    """Read one model's tables (one per checkpoint, in config order) and write one figure as PNG and PDF."""
-    tables = {ck: read_tsv(p) for ck, p in zip(settings["checkpoints"], inputs)}
+    """Read one model's tables (one per checkpoint, in config order; the gradient's spectra.tsv files may be
+    followed by its trends.tsv files) and write one figure as PNG and PDF."""
+    cks = settings["checkpoints"]
+    tables = {ck: read_tsv(p) for ck, p in zip(cks, inputs)}
     title = settings.get("label") or settings["model"]
     cfg = settings["spectra"]
     if figure == "eigenvalues":
         shown = cfg.get("eigen_boundaries") or default_eigen_boundaries(settings["boundaries"])
         fig = plot_eigenvalues(tables, shown, title)
     elif figure == "gradient":
-        fig = plot_gradient(tables, settings["n_layers"], title)
+        more = inputs[len(cks) :]
+        trends = {ck: read_tsv(p) for ck, p in zip(cks, more)} if len(more) == len(cks) else None
+        fig = plot_gradient(tables, settings["n_layers"], title, trends)
     elif figure == "cumulative":
         fig = plot_cumulative(tables, cfg["cumulative_variant"], title)
     elif figure == "schur":

@@ -1,4 +1,4 @@
-"""Convergence of the headline Paper A numbers with the number of anchors and the pool of windows.
+"""Convergence of the headline Paper A numbers with the number of anchors and the windows they come from.
 
 From the per-anchor tables the tokenwise stage already writes (``tokenwise/anchors.tsv``: RelErr and KL;
 ``tokenwise/L{layer}.tsv``: the residual angle), per map class:
@@ -9,8 +9,10 @@ From the per-anchor tables the tokenwise stage already writes (``tokenwise/ancho
   layer means.
 
 Each on nested subsets along two axes: ``anchors`` (a seeded nested random subset of m anchors) and
-``windows`` (the anchors of the first k windows: a smaller pool of text). The fits are not redone: the
-windows axis shows how the anchor-level numbers move with the text they are drawn from, at a fixed fit.
+``windows`` (only the anchors that lie in the first k windows). Nothing is refitted on either axis: every
+anchor keeps its k-nearest-neighbour neighbourhood from the pool of all windows and its fitted map, so the
+``windows`` axis is not the kNN pool size; it shows how the numbers move when the anchors come from less
+text (fewer, and more correlated, anchors), at the full run's pool and fits.
 """
 
 from __future__ import annotations

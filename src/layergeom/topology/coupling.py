@@ -3,7 +3,8 @@
 Per boundary b: the amplification a_i of every residual unit i by the mean Jacobian J̄_b, the Spearman
 correlation ρ(P_i, a_i) with the participation coefficient across units and its permutation p-value;
 then Benjamini-Hochberg across the boundaries of one model checkpoint, the number of FDR-significant
-layers, and the sign of ρ by operator type (attention / MLP / block; non-normal vs near-symmetric at the
+layers (a layer with any significant boundary, and a per-layer test: Simes within the layer, BH across
+layers), and the sign of ρ by operator type (attention / MLP / block; non-normal vs near-symmetric at the
 median Henrici departure of the checkpoint).
 """
 
@@ -167,6 +168,39 @@ def apply_fdr(table: pd.DataFrame, amplification_variant: str, q: float) -> pd.D
     return out
 
 
+def simes(p: np.ndarray) -> float:
+    """Simes' combined p-value of one intersection null: min_i m·p_(i)/i over the m finite p-values (NaN if none)."""
+    p = np.sort(np.asarray(p, dtype=np.float64)[np.isfinite(p)])
+    if not len(p):
+        return np.nan
+    return float(min(1.0, np.min(len(p) * p / np.arange(1, len(p) + 1))))
+
+
+def layer_fdr(table: pd.DataFrame, q: float, p_column: str = "p_value") -> pd.DataFrame:
+    """Per-layer test: Simes p of each layer's boundary p-values, then BH across layers at q.
+
+    One row per layer: layer, n_boundaries, p_layer, q_layer, significant_layer. H_l is "no boundary of
+    layer l is coupled"; rejecting it at BH level q controls the FDR over layers (Simes is valid under
+    independence and the positive dependence BH already assumes over boundaries).
+    """
+    layers = list(dict.fromkeys(table["layer"]))
+    p_layer = np.array([simes(table.loc[table["layer"] == ly, p_column].to_numpy()) for ly in layers])  # (layers,)
+    reject, qval = fdr_bh(p_layer, q)
+    n = [int((table["layer"] == ly).sum()) for ly in layers]
+    return pd.DataFrame({"layer": layers, "n_boundaries": n, "p_layer": p_layer, "q_layer": qval,
+                         "significant_layer": reject})  # fmt: skip
+
+
+def apply_layer_fdr(table: pd.DataFrame, q: float) -> pd.DataFrame:
+    """Add the per-layer test (``layer_fdr`` of the primary p_value) to every boundary row of its layer."""
+    per = layer_fdr(table, q).set_index("layer")
+    out = table.copy()
+    for col in ("p_layer", "q_layer", "significant_layer"):
+        out[col] = out["layer"].map(per[col]).to_numpy()
+    out["significant_layer"] = out["significant_layer"].astype(bool)
+    return out
+
+
 def henrici_split(henrici_values: np.ndarray) -> np.ndarray:
     """Operator type by the Henrici departure: `non-normal` above the checkpoint's median, else `near-symmetric`."""
     h = np.asarray(henrici_values, dtype=np.float64)
@@ -208,13 +242,14 @@ def coupling_table(
             n_perm, "" if cfg["n_permutations"] is not None else " (max(1000, 4m/q))", floor, q / max(m, 1), q, m,
         )  # fmt: skip
     raw = coupling_rows(parts, flags, jacobians, n_perm, seed, henrici_values, stop_above=q)
-    out = apply_fdr(raw, cfg["amplification"], cfg["fdr_q"])
+    out = apply_layer_fdr(apply_fdr(raw, cfg["amplification"], cfg["fdr_q"]), q)
     out["n_communities"] = [int(graphs[b]["community"].max()) + 1 for b in out["boundary"]]
     out["n_boundary_nodes"] = [int(graphs[b]["boundary"].sum()) for b in out["boundary"]]
     out["operator"] = henrici_split(out["henrici"].to_numpy())
     out["resolution"] = float(cfg["resolution"])
     extra = [c for c in out.columns if c not in COUPLING_COLUMNS]
-    first = ["amplification", "n_units", "n_boundary_nodes", "amp_gap", "henrici", "operator", "resolution"]
+    first = ["amplification", "n_units", "n_boundary_nodes", "amp_gap", "henrici", "operator", "resolution",
+             "p_layer", "q_layer", "significant_layer"]  # fmt: skip
     return out[COUPLING_COLUMNS + first + [c for c in extra if c not in first]]
 
 
@@ -289,8 +324,14 @@ def operator_summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def n_significant_layers_simes(table: pd.DataFrame) -> int:
+    """Layers whose per-layer test (Simes within the layer, BH across layers) rejects: column significant_layer."""
+    return int(table.loc[table["significant_layer"].astype(bool), "layer"].nunique())
+
+
 def significant_counts(tables: dict[tuple[str, str], pd.DataFrame]) -> pd.DataFrame:
-    """FDR-significant boundaries and layers (a layer counts if any of its boundaries is) per model checkpoint."""
+    """FDR-significant boundaries and layers per model checkpoint: a layer with any significant boundary
+    (``n_significant_layers``) and by the per-layer test (``n_significant_layers_simes``)."""
     rows = []
     for (model, checkpoint), t in tables.items():
         sig = t["significant"].astype(bool)
@@ -301,6 +342,7 @@ def significant_counts(tables: dict[tuple[str, str], pd.DataFrame]) -> pd.DataFr
                 "n_layers": int(t["layer"].nunique()),
                 "n_boundaries": len(t),
                 "n_significant_layers": int(t.loc[sig, "layer"].nunique()),
+                "n_significant_layers_simes": n_significant_layers_simes(t),
                 "n_significant_boundaries": int(sig.sum()),
                 "n_significant_positive": int((sig & (t["rho"] > 0)).sum()),
                 "n_significant_negative": int((sig & (t["rho"] < 0)).sum()),

@@ -1,0 +1,304 @@
+"""The README's headline table ("What the embedded model shows") computed from a run's tables, as Markdown.
+
+    python bench/headline.py RESULTS_DIR [--model M] [--check README.md]
+
+RESULTS_DIR is a run's `results/` folder (or its working directory). One column per checkpoint of the model
+(in `checkpoints.tsv` order), one row per headline number; every cell is read from the tables of
+docs/outputs.md, nothing is typed in:
+
+- numerical rank and median condition number of the attention J̄_b (`spectra.tsv`);
+- per boundary kind, Henrici departure, self-realignment and complex fraction: the mean over the first /
+  middle / last third of the layers and the slope per unit of relative depth, with intervals (`trends.tsv`:
+  thirds from the per-boundary jackknife intervals, slopes from the bootstrap over the kind's boundaries);
+- cumulative erank at full depth, both variants (`cumulative.tsv`), and after Schur surgery at α = 0
+  (`schur.tsv`; with the spread over eigenvalue orders where the table has it);
+- FDR-significant coupling layers, any boundary and by the per-layer test (`coupling.tsv`);
+- ρ(RelErr, KL) pooled over layers per class (`tokenwise/pooled.tsv`) and the median over layers of the
+  low-rank class's residual and tokenwise angles (`tokenwise.tsv`).
+
+Without --check it prints the table, ready to paste under the README's heading. With --check README.md it
+compares that README's table (the first table after the heading) with the run's, prints each row that
+differs, is missing or is not the run's, and exits 1 if any does (0 when all match).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from layergeom.io import read_tsv_if_exists  # noqa: E402
+
+HEADING = "What the embedded model shows"
+KIND_NAME = {"attn": "attention", "mlp": "MLP", "pli": "per-layer input", "block": "block"}
+TREND_ROWS = [("henrici", "Henrici departure", 3), ("self_realign", "self-realignment SR{k}", 3),
+              ("frac_complex", "complex fraction of the non-zero modes", 3)]  # fmt: skip
+CLASSES = [("lowrank", "low-rank"), ("orthogonal", "orthogonal"), ("mlp", "MLP")]
+NA = "n/a"
+SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+class Missing(SystemExit):
+    """A table the headline needs is absent: one line naming it."""
+
+
+def num(x, digits: int = 1, signed: bool = False) -> str:
+    """x with `digits` decimals (a true minus sign; + shown when `signed`), n/a when missing or not finite."""
+    if x is None or not np.isfinite(x):
+        return "inf" if x is not None and np.isinf(x) and x > 0 else NA
+    x = round(float(x), digits) + 0.0  # + 0.0: no "−0.000"
+    s = f"{x:+.{digits}f}" if signed and x != 0 else f"{x:.{digits}f}"
+    return s.replace("-", "−")
+
+
+def with_ci(x, lo, hi, digits: int = 1, signed: bool = False) -> str:
+    """'x [lo, hi]', or 'x' alone when the interval is missing."""
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return num(x, digits, signed)
+    return f"{num(x, digits, signed)} [{num(lo, digits, signed)}, {num(hi, digits, signed)}]"
+
+
+def results_root(path: Path) -> Path:
+    return path / "results" if (path / "results").is_dir() else path
+
+
+def pick_model(results: Path, model: str | None) -> str:
+    found = sorted(p.parent.parent.name for p in results.glob("*/*/spectra.tsv"))
+    models = list(dict.fromkeys(found))
+    if model is not None:
+        if model not in models:
+            raise Missing(f"no results/{model}/<checkpoint>/spectra.tsv under {results} (models: {models})")
+        return model
+    if len(models) != 1:
+        raise Missing(f"{results} holds {len(models)} models ({', '.join(models) or 'none'}): choose one with --model")
+    return models[0]
+
+
+def checkpoint_order(model_dir: Path) -> list[str]:
+    """The model's checkpoints in checkpoints.tsv order (config order), those with a spectra.tsv."""
+    have = {p.parent.name for p in model_dir.glob("*/spectra.tsv")}
+    listed = read_tsv_if_exists(model_dir / "checkpoints.tsv")
+    order = list(listed["checkpoint"]) if listed is not None else sorted(have)
+    return [c for c in order if c in have]
+
+
+class Checkpoint:
+    """The tables of one checkpoint, read once."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.spectra = read_tsv_if_exists(path / "spectra.tsv")
+        self.trends = read_tsv_if_exists(path / "trends.tsv")
+        self.cumulative = read_tsv_if_exists(path / "cumulative.tsv")
+        self.schur = read_tsv_if_exists(path / "schur.tsv")
+        self.coupling = read_tsv_if_exists(path / "coupling.tsv")
+        self.tokenwise = read_tsv_if_exists(path / "tokenwise.tsv")
+        self.pooled = read_tsv_if_exists(path / "tokenwise" / "pooled.tsv")
+        manifest = path / "manifest.json"
+        self.d_model = json.loads(manifest.read_text()).get("d_model") if manifest.exists() else None
+
+
+def rank_cell(ck: Checkpoint, kind: str) -> str:
+    sp = ck.spectra[ck.spectra["kind"] == kind]
+    ranks = sorted(set(sp["numerical_rank"].astype(int)))
+    of = f" of {ck.d_model}" if ck.d_model else ""
+    return (f"{ranks[0]}" if len(ranks) == 1 else f"{ranks[0]}–{ranks[-1]}") + of
+
+
+def cond_cell(ck: Checkpoint, kind: str) -> str:
+    sp = ck.spectra[ck.spectra["kind"] == kind]
+    med = float(np.median(sp["cond"]))
+    full = float(np.median(sp["cond_full"])) if "cond_full" in sp else math.nan
+    if not np.isfinite(full) or full <= 0:
+        return num(med)
+    return f"{num(med)} (σ₁/σ_d ~1e{round(math.log10(full))})"
+
+
+def trend_cell(ck: Checkpoint, kind: str, metric: str, digits: int) -> str:
+    t = ck.trends
+    r = t[(t["kind"] == kind) & (t["metric"] == metric)] if t is not None else []
+    if not len(r):
+        return NA
+    r = r.iloc[0]
+    first = with_ci(r["first_third"], r["first_third_ci_low"], r["first_third_ci_high"], digits)
+    last = with_ci(r["last_third"], r["last_third_ci_low"], r["last_third_ci_high"], digits)
+    slope = with_ci(r["slope"], r["slope_ci_low"], r["slope_ci_high"], digits, signed=True)
+    return f"{first} / {num(r['middle_third'], digits)} / {last}; slope {slope}"
+
+
+def full_depth(table: pd.DataFrame | None, **where) -> pd.Series | None:
+    """The row at the largest depth of `table` restricted to column == value for each of `where`."""
+    if table is None:
+        return None
+    t = table
+    for col, val in where.items():
+        if col not in t:
+            return None
+        t = t[np.isclose(t[col], val)] if isinstance(val, float) else t[t[col] == val]
+    return t.loc[t["depth"].idxmax()] if len(t) else None
+
+
+def erank_cell(row: pd.Series | None) -> str:
+    if row is None:
+        return NA
+    cell = with_ci(row["erank"], row.get("erank_ci_low"), row.get("erank_ci_high"), 1)
+    if "erank_order_min" in row and np.isfinite(row["erank_order_min"]):
+        cell += f" (orders {num(row['erank_order_min'])}–{num(row['erank_order_max'])})"
+    return cell
+
+
+def coupling_cell(ck: Checkpoint) -> str:
+    co = ck.coupling
+    if co is None:
+        return NA
+    sig = co["significant"].astype(bool)
+    n_layers = co["layer"].nunique()
+    cell = f"{co.loc[sig, 'layer'].nunique()} of {n_layers} ({int(sig.sum())} of {len(co)})"
+    if "significant_layer" in co:
+        cell += f" / {co.loc[co['significant_layer'].astype(bool), 'layer'].nunique()} of {n_layers}"
+    return cell
+
+
+def rho_cell(ck: Checkpoint) -> str:
+    p = ck.pooled
+    vals = []
+    for cls, _ in CLASSES:
+        r = p[p["class"] == cls] if p is not None else []
+        vals.append(num(float(r["spearman_rho"].iloc[0]), 2) if len(r) else NA)
+    return " / ".join(vals)
+
+
+def angle_cell(ck: Checkpoint, cls: str = "lowrank") -> str:
+    t = ck.tokenwise
+    t = t[t["class"] == cls] if t is not None else []
+    if not len(t):
+        return NA
+    return f"{num(float(np.nanmedian(t['angle_res_deg'])), 0)}° / {num(float(np.nanmedian(t['angle_tok_deg'])), 0)}°"
+
+
+def headline_rows(results: Path, model: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(checkpoints, [(row label, one cell per checkpoint)]) of the headline table of one model."""
+    model_dir = results / model
+    names = checkpoint_order(model_dir)
+    if not names:
+        raise Missing(f"no checkpoint of {model} has a spectra.tsv under {model_dir}")
+    cks = [Checkpoint(model_dir / c) for c in names]
+    for ck in cks:
+        if ck.trends is None:
+            raise Missing(f"{ck.path / 'trends.tsv'} is missing: run the workflow's spectra_trends rule first")
+    kinds = list(dict.fromkeys(k for ck in cks for k in ck.spectra["kind"]))
+    first = "attn" if "attn" in kinds else kinds[0]
+    sr_k = int(cks[0].spectra["sr_k"].iloc[0]) if "sr_k" in cks[0].spectra else 64
+    name = KIND_NAME.get(first, first)
+    rows = [
+        (f"numerical rank of every {name} J̄_b", [rank_cell(ck, first) for ck in cks]),
+        (f"condition number of {name} J̄_b over its non-zero modes (median)", [cond_cell(ck, first) for ck in cks]),
+    ]
+    for metric, label, digits in TREND_ROWS:
+        label = label.format(k=str(sr_k).translate(SUBSCRIPT))
+        for kind in kinds:
+            rows.append((f"{label}, {KIND_NAME.get(kind, kind)}: first / middle / last third (mean); slope per unit "
+                         "depth", [trend_cell(ck, kind, metric, digits) for ck in cks]))  # fmt: skip
+    rows += [
+        ("cumulative erank at full depth, `update` (products of J̄_b)",
+         [erank_cell(full_depth(ck.cumulative, variant="update")) for ck in cks]),
+        ("the same, `full` (products of I + J̄_b)", [erank_cell(full_depth(ck.cumulative, variant="full")) for ck in cks]),
+        ("after Schur surgery at α = 0, `update` / `full`",
+         [" / ".join(erank_cell(full_depth(ck.schur, alpha=0.0, control="none", variant=v)) for v in ("update", "full"))
+          for ck in cks]),
+        ("FDR-significant coupling layers: any boundary (boundaries) / per-layer test", [coupling_cell(ck) for ck in cks]),
+        ("ρ(RelErr, KL) pooled over layers: " + " / ".join(n for _, n in CLASSES) + " class",
+         [rho_cell(ck) for ck in cks]),
+        ("angle of the residual / of the tokenwise part to the update (low-rank, median over layers)",
+         [angle_cell(ck) for ck in cks]),
+    ]  # fmt: skip
+    return names, rows
+
+
+def to_markdown(names: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    lines = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    return "\n".join(lines) + "\n"
+
+
+def split_row(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def readme_table(text: str, heading: str = HEADING) -> tuple[list[str], dict[str, list[str]]]:
+    """The first Markdown table after the heading `## {heading}`: (header cells, row label -> cells)."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.lstrip("#").strip() == heading and line.startswith("#")]
+    if not starts:
+        raise Missing(f"no heading '{heading}' in the README")
+    i = starts[0] + 1
+    while i < len(lines) and not lines[i].startswith("|"):
+        if lines[i].startswith("#"):
+            raise Missing(f"no table under the heading '{heading}'")
+        i += 1
+    table = []
+    while i < len(lines) and lines[i].startswith("|"):
+        table.append(lines[i])
+        i += 1
+    if len(table) < 2:
+        raise Missing(f"no table under the heading '{heading}'")
+    header = split_row(table[0])[1:]
+    rows = {}
+    for line in table[2:]:
+        cells = split_row(line)
+        rows[cells[0]] = cells[1:]
+    return header, rows
+
+
+def check(readme: Path, names: list[str], rows: list[tuple[str, list[str]]], heading: str = HEADING) -> list[str]:
+    """Every difference between the README's headline table and the run's, one line each (none: they match)."""
+    header, have = readme_table(readme.read_text(), heading)
+    problems = []
+    if header != names:
+        problems.append(f"{readme}: header: the README has {' | '.join(header)}, the run has {' | '.join(names)}")
+    for label, cells in rows:
+        if label not in have:
+            problems.append(f"{readme}: row '{label}' is missing; the run gives: {' | '.join(cells)}")
+        elif have[label] != cells:
+            problems.append(f"{readme}: row '{label}' differs: the README has {' | '.join(have[label])}; "
+                            f"the run gives {' | '.join(cells)}")  # fmt: skip
+    ours = {label for label, _ in rows}
+    problems += [f"{readme}: row '{label}' is not a number of the run" for label in have if label not in ours]
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", type=Path, help="the run's results/ folder (or its working directory)")
+    ap.add_argument("--model", default=None, help="the model (default: the only one in the results)")
+    ap.add_argument("--check", type=Path, default=None, metavar="README", help="compare with this README's table")
+    ap.add_argument("--heading", default=HEADING, help="the README section whose first table is the headline")
+    args = ap.parse_args(argv)
+    try:
+        results = results_root(args.results)
+        names, rows = headline_rows(results, pick_model(results, args.model))
+        if args.check is None:
+            sys.stdout.write(to_markdown(names, rows))
+            return 0
+        problems = check(args.check, names, rows, args.heading)
+    except Missing as err:
+        print(f"headline: {err.code}", file=sys.stderr)
+        return 2
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        return 1
+    print(f"{args.check}: the headline table matches the run ({len(rows)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
