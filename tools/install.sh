@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install layergeom with the workflow and test extras, once per pyproject.toml change.
-# torch is pinned to the CPU wheel (a bare `torch` would pull a multi-GB CUDA build); on a GPU machine,
-# set LAYERGEOM_TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126" or similar.
+# torch is pinned by version; on Linux x86-64 PyPI serves the multi-GB CUDA build of it. For a CPU-only install
+# set LAYERGEOM_TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" (or .../cu126 for CUDA 12.6).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-python3}
