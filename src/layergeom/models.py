@@ -31,6 +31,7 @@ import torch
 
 from .adapters import MODEL_TYPES, adapter_class
 from .fetch import DOWNLOAD_JSON, EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
+from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, gguf_config, gguf_metadata, read_json
 from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
@@ -257,7 +258,6 @@ def check_loading_info(model, info: dict, where) -> None:
 def check_config(model_name: str, mcfg: dict, config: Path) -> None:
     """Refuse a configured family or n_layers that contradicts the checkpoint's config.json (or GGUF header)
     before its weights are read."""
-    from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, gguf_config, read_json
 
     cfg = gguf_config(config) if config.suffix == ".gguf" else read_json(config)
     check_family(model_name, mcfg.get("family"), cfg.get("model_type"), str(config))
@@ -289,51 +289,12 @@ def _remote_code_message(where: str, model_name: str) -> str:
     )
 
 
-#: byte sizes of the fixed-size GGUF metadata value types (uint8 .. float64 by type id); 8 = string, 9 = array
-_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
 def gguf_architecture(path: Path) -> str:
-    """``general.architecture`` from a GGUF (v2, v3) header, reading only the metadata before it."""
-    with open(path, "rb") as f:
-
-        def read(fmt):
-            size = struct.calcsize(fmt)
-            data = f.read(size)
-            if len(data) < size:
-                raise ValueError("the header ends early")
-            return struct.unpack(fmt, data)
-
-        def string():
-            (n,) = read("<Q")
-            return f.read(n).decode()
-
-        def skip(kind):
-            if kind == 8:
-                string()
-            elif kind == 9:
-                item, count = read("<IQ")
-                if item in _GGUF_SIZES:
-                    f.seek(_GGUF_SIZES[item] * count, 1)
-                else:
-                    for _ in range(count):
-                        skip(item)
-            elif kind in _GGUF_SIZES:
-                f.seek(_GGUF_SIZES[kind], 1)
-            else:
-                raise ValueError(f"unknown metadata type {kind}")
-
-        magic, version = read("<4sI")
-        if magic != b"GGUF" or version < 2:
-            raise ValueError(f"magic {magic!r} version {version}: not a GGUF v2/v3 file")
-        _, n_kv = read("<QQ")
-        for _ in range(n_kv):
-            name = string()
-            (kind,) = read("<I")
-            if name == "general.architecture" and kind == 8:
-                return string()
-            skip(kind)
-    raise ValueError("no general.architecture in the metadata")
+    """``general.architecture`` from a GGUF (v2, v3) header (``modelinfo.gguf_metadata``: the header alone)."""
+    arch = gguf_metadata(path).get("general.architecture")
+    if not isinstance(arch, str):
+        raise ValueError("no general.architecture in the metadata")
+    return arch
 
 
 def check_gguf_file(path: Path, key: str) -> None:
