@@ -469,13 +469,13 @@ def test_jacobian_resume_key_names_the_machine(llama_store):
 
     ad, _, store = llama_store
     cfg = jac.JacobianSettings.from_config(CFG)
-    key = pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=True))
-    assert key == pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=True))
-    assert key != pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cuda:0", torch_threads=True))
+    key = pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
+    assert key == pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
+    assert key != pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cuda:0", torch_threads=torch.get_num_threads()))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(threads + 1)
-        assert key != pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=True))
+        assert key != pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
     finally:
         torch.set_num_threads(threads)
 

@@ -101,14 +101,13 @@ def blas_threads() -> dict | int:
     return env or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
 
 
-def machine_id(device: str = "cpu", torch_threads: bool = False) -> dict:
+def machine_id(device: str = "cpu", torch_threads: int | None = None) -> dict:
     """The device and thread counts a job computes with (they change the rounding): the BLAS threads
-    (OMP/OPENBLAS/MKL_NUM_THREADS, else the CPUs this process may use), and torch's for a torch job."""
+    (OMP/OPENBLAS/MKL_NUM_THREADS, else the CPUs this process may use), and a torch job's
+    ``torch.get_num_threads()`` (passed in: this module imports no torch)."""
     out = {"device": str(device), "blas_threads": blas_threads()}
-    if torch_threads:
-        import torch
-
-        out["threads"] = torch.get_num_threads()
+    if torch_threads is not None:
+        out["threads"] = int(torch_threads)
     return out
 
 

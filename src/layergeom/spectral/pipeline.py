@@ -196,7 +196,7 @@ def boundary_jacobians(
         return torch.from_numpy(np.ascontiguousarray(ids[rows[idx][:, None] - np.arange(p, -1, -1)[None, :]]))
 
     wid = weights_id(weights, adapter.model)
-    machine = machine_id(str(adapter.device), torch_threads=True)
+    machine = machine_id(str(adapter.device), torch_threads=torch.get_num_threads())
     missing = [n for n in boundaries if n not in store.names]
     if missing:
         raise LayergeomError(f"boundary {missing[0]} is not in the activation store {store.path}")
