@@ -157,3 +157,22 @@ def test_training_dynamics_per_kind(tmp_path):
     assert e["henrici_early_attn"] == pytest.approx(np.mean(0.5 + 0.3 * x[:3]))
     assert e["henrici_late_mlp"] == pytest.approx(np.mean(0.5 - 0.3 * x[6:]))
     assert e["self_realign_late_attn"] == pytest.approx(np.mean(0.5 + 0.3 * x[6:]))
+
+
+def test_an_unbounded_condition_number_interval_gives_an_unbounded_third(tmp_path):
+    """A boundary whose cond interval is unbounded above (cond_ci_high = inf) makes its third's upper end inf,
+    and trends.tsv is written with it (the definition includes that infinity); the slope stays finite."""
+    from layergeom import io
+    from layergeom.spectral import trends
+
+    rows = []
+    for layer in range(6):
+        for kind in ("attn", "mlp"):
+            c = 10.0 + layer
+            rows.append({"boundary": f"L{layer}.{kind}", "layer": layer, "kind": kind, "cond": c,
+                         "cond_ci_low": c / 2, "cond_ci_high": np.inf if (layer, kind) == (5, "mlp") else 2 * c})  # fmt: skip
+    spectra = pd.DataFrame(rows)
+    row = trends.trend_row(spectra[spectra["kind"] == "mlp"], "cond", 6, level=0.95, rng=np.random.default_rng(0))
+    assert row["last_third_ci_high"] == np.inf and np.isfinite(row["first_third_ci_high"])
+    assert np.isfinite(row["slope"]) and np.isfinite(row["slope_sampling_halfwidth"])
+    io.write_tsv(pd.DataFrame([{"kind": "mlp", **row}]), tmp_path / "trends.tsv", stage="trends")

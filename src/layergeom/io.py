@@ -42,6 +42,8 @@ INFINITE = {
     "cond_full": 1.0,
     "b_cond_full": 1.0,
     "cond_ci_high": 1.0,  # the data do not bound σ₁/σ_r from above when σ_r may be 0 (intervals.jackknife_interval)
+    "first_third_ci_high": 1.0,  # trends.tsv: a third's mean of interval ends, unbounded where a cond_ci_high is
+    "last_third_ci_high": 1.0,
     "log_norm": -1.0,
 }
 #: columns defined for every finite input: a nan there is an overflow, not an undefined value
