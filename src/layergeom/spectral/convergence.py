@@ -2,7 +2,8 @@
 
 For nested subsets of the samples — the first S sample groups (contiguous blocks of windows), S = G/8, G/4,
 G/2, G by default — recompute J̄_b from the group means and the headline metrics, each with its jackknife
-interval over the S groups of the subset (``intervals``):
+interval over the S groups of the subset (``intervals``; the full-depth products over ``product_blocks``
+blocks of them, so at S = G their interval is wider than cumulative.tsv's over every group):
 
 - ``henrici_early``/``_late``, ``frac_complex_early``/``_late``, ``self_realign_early``/``_late``: means over
   the first and the last `n_edge` boundaries (Paper B's early non-normal rotation vs late near-symmetry);
