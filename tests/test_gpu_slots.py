@@ -112,6 +112,18 @@ def test_an_executors_devices_are_left_alone(two_gpus):
 
 
 # ---- a GPU job whose torch sees no GPU -------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def torch_state_restored():
+    """``workflow.job`` sets torch's thread count and deterministic mode for the process: restore them, so the
+    tests after these (resume keys name the thread count) see the process as it was."""
+    import torch
+
+    threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(det)
+
+
 def fake_job(tmp_path: Path, gpu: int):
     """What a Snakemake script's `snakemake` object offers workflow.job."""
     return SimpleNamespace(log=[str(tmp_path / "job.log")], rule="activations", threads=1,
