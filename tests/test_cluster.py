@@ -325,10 +325,13 @@ def test_dag_modules_import_without_numpy(tmp_path):
 
 
 def test_family_kinds_match_the_adapters():
-    from layergeom.adapters import ADAPTERS, Boundary, boundaries_for
+    """names.FAMILY_KINDS is the one declaration of each family's kinds: the adapters read theirs from it, an
+    adapter cannot declare its own, and every entry belongs to an adapter."""
+    from layergeom.adapters import ADAPTERS, Adapter, Boundary, boundaries_for
 
+    assert set(ADAPTERS) == set(names.FAMILY_KINDS), "a FAMILY_KINDS entry without an adapter, or the reverse"
     for family, cls in ADAPTERS.items():
-        assert names.FAMILY_KINDS[family] == tuple(cls.kinds), family
+        assert cls.kinds is names.FAMILY_KINDS[family], family
         assert names.boundaries_for(family, 3) == boundaries_for(family, 3)
         for k in cls.kinds:
             assert Boundary.parse(f"L0.{k}").order == names.KIND_ORDER[k], k
@@ -338,6 +341,10 @@ def test_family_kinds_match_the_adapters():
     assert set(names.all_kinds()) == {k for ks in names.FAMILY_KINDS.values() for k in ks}
     with pytest.raises(ValueError, match="unknown model family"):
         names.boundaries_for("nope", 2)
+    with pytest.raises(TypeError, match="no entry in names.FAMILY_KINDS"):
+        type("NopeAdapter", (Adapter,), {"family": "nope", "model_types": ("nope",)})
+    with pytest.raises(TypeError, match="declare the kinds"):
+        type("OwnKindsAdapter", (Adapter,), {"family": "gpt2", "model_types": ("gpt2",), "kinds": ("attn",)})
 
 
 def _numpy_log_spaced_steps(total: int, n: int) -> list[int]:

@@ -1,8 +1,9 @@
 """The stream's vocabulary, importable without torch: boundary names, the kinds of each family, the final state.
 
 The workflow builds its DAG from this module alone (``rules/common.smk``), so that parsing the Snakefile, a
-dry run and ``snakemake --lint`` need neither torch nor numpy. Each adapter's ``kinds`` must equal its
-family's entry here (``tests/test_cluster.py`` checks it).
+dry run and ``snakemake --lint`` need neither torch nor numpy. ``FAMILY_KINDS`` is the one declaration of each
+family's boundary kinds: the adapters (which import torch) read their ``kinds`` from it, and an adapter whose
+family has no entry here fails at import (``adapters.base.Adapter.__init_subclass__``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ KINDS = tuple(KIND_ORDER)
 # update and Jacobian equal the isolated ones.
 TOKENWISE_KINDS = frozenset({"mlp", "pli"})
 
-# family -> the boundary kinds of one block, in the order the stream passes them
+# family -> the boundary kinds of one block, in the order the stream passes them. The adapters' ``kinds``
+# (adapters/base.py reads them from here); a new family's adapter needs its entry here.
 FAMILY_KINDS: dict[str, tuple[str, ...]] = {
     "gpt2": ("attn", "mlp"),
     "gpt_neox": ("block",),  # parallel residual: one update per block

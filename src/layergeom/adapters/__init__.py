@@ -8,10 +8,13 @@ Adding an architecture (a new ``model_type``, or a new family):
    ``forward`` (embedding scale, how masks and rotary tables are built, the final norm and the head).
 2. If an existing adapter's block matches, add the type to its ``model_types``; otherwise write a new
    adapter (``base.Adapter``): module paths, ``sublayer`` (each update ``F_b`` so that
-   ``x_next = x + F_b(x)`` holds exactly), ``call_block`` (for resumes), ``capture_points``. A step that
-   fits no existing boundary kind gets a new kind in ``names.KIND_ORDER`` (its order inside the block,
-   and ``TOKENWISE_KINDS`` if it acts on each position alone). An update that depends on the token as
-   well as the state sets ``uses_tokens`` and reads the ``tokens`` argument.
+   ``x_next = x + F_b(x)`` holds exactly), ``call_block`` (for resumes), ``capture_points``. A new family's
+   boundary kinds (one block's, in stream order) go in ``names.FAMILY_KINDS``, not in the adapter: the
+   adapter reads its ``kinds`` from there, and the workflow builds its DAG from there without torch (an
+   adapter whose family has no entry fails at import). A step that fits no existing boundary kind gets a
+   new kind in ``names.KIND_ORDER`` (its order inside the block, and ``TOKENWISE_KINDS`` if it acts on
+   each position alone). An update that depends on the token as well as the state sets ``uses_tokens``
+   and reads the ``tokens`` argument.
 3. Register a new adapter in ``ADAPTERS`` below and its family in the ``family`` enum of
    ``config/schema/config.schema.yaml`` (a test checks they are one list).
 4. Give the type a tiny random config in ``tests/conftest.py`` (``TINY_CONFIGS``; vocab 512, 2–4

@@ -28,7 +28,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..names import FINAL, KIND_ORDER, boundary_names, parse_boundary  # noqa: F401  (re-exported)
+from ..names import FAMILY_KINDS, FINAL, KIND_ORDER, boundary_names, parse_boundary  # noqa: F401  (re-exported)
 
 # transformers' attention layer types -> the short names used for masks and rotary tables
 HF_LAYER_TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
@@ -143,15 +143,26 @@ def cache_kwarg(module: nn.Module) -> str:
 class Adapter:
     """One architecture family seen as a residual stream of sublayer steps.
 
-    Subclasses set ``family``, ``model_types`` and ``kinds`` and implement the small set of
-    module-path methods below; everything a stage needs (capture, isolated updates, patched
-    resumes) is built here from those.
+    Subclasses set ``family`` and ``model_types`` and implement the small set of module-path methods
+    below; everything a stage needs (capture, isolated updates, patched resumes) is built here from those.
+    ``kinds`` (the boundary kinds of one block, in stream order) is read from the family's entry in
+    ``names.FAMILY_KINDS``, the one place they are declared (torch-free, for the workflow's DAG).
     """
 
     family: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
-    kinds: ClassVar[tuple[str, ...]] = ("attn", "mlp")
+    kinds: ClassVar[tuple[str, ...]]  # = names.FAMILY_KINDS[family], set by __init_subclass__
     uses_tokens: ClassVar[bool] = False  # whether some update depends on the token ids (then pass them)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "kinds" in vars(cls):
+            raise TypeError(f"{cls.__name__}: declare the kinds of family '{cls.family}' in names.FAMILY_KINDS")
+        if cls.family not in FAMILY_KINDS:
+            raise TypeError(
+                f"{cls.__name__}: family '{cls.family}' has no entry in names.FAMILY_KINDS (its boundary kinds)"
+            )
+        cls.kinds = FAMILY_KINDS[cls.family]
 
     def __init__(self, model: nn.Module):
         model_type = getattr(model.config, "model_type", None)

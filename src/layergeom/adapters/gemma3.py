@@ -9,7 +9,6 @@ from .base import Adapter, Boundary, cache_kwarg
 class Gemma3Adapter(Adapter):
     family = "gemma3"
     model_types = ("gemma3_text",)
-    kinds = ("attn", "mlp")
 
     def blocks(self):
         return self.model.model.layers

@@ -46,7 +46,6 @@ _HF = {v: k for k, v in HF_LAYER_TYPES.items()}
 class Gemma4Adapter(Adapter):
     family = "gemma4"
     model_types = ("gemma4_text", "gemma4")
-    kinds = ("attn", "mlp", "pli")
     uses_tokens = True
 
     def check_config(self):

@@ -8,7 +8,6 @@ from .base import Adapter, Boundary, cache_kwarg
 class GPT2Adapter(Adapter):
     family = "gpt2"
     model_types = ("gpt2",)
-    kinds = ("attn", "mlp")
 
     def blocks(self):
         return self.model.transformer.h

@@ -25,7 +25,6 @@ from .base import HF_LAYER_TYPES, Adapter, Boundary, cache_kwarg
 class LlamaAdapter(Adapter):
     family = "llama"
     model_types = ("llama", "qwen2", "qwen3", "mistral", "olmo", "olmo2", "olmo3", "smollm3")
-    kinds = ("attn", "mlp")
 
     def blocks(self):
         return self.model.model.layers

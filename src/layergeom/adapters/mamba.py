@@ -32,7 +32,6 @@ class MambaStates:
 class MambaAdapter(Adapter):
     family = "mamba"
     model_types = ("mamba",)
-    kinds = ("block",)
 
     def blocks(self):
         return self.model.backbone.layers

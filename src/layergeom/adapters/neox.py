@@ -10,7 +10,6 @@ from .base import Adapter, Boundary, cache_kwarg
 class NeoXAdapter(Adapter):
     family = "gpt_neox"
     model_types = ("gpt_neox",)
-    kinds = ("block",)
 
     def check_config(self):
         if not getattr(self.config, "use_parallel_residual", True):
