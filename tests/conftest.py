@@ -131,3 +131,16 @@ def type_adapter(model_type):
 def token_ids():
     g = torch.Generator().manual_seed(0)
     return torch.randint(0, 512, (2, 24), generator=g)
+
+
+# ---- the `dag` marker: tests that need the whole-DAG run or run Snakemake jobs for real -----------------
+# `pytest -m "not dag"` leaves them out (the unit tests, dry runs included: about a minute). A test that uses
+# lg_runs' shared run (the `reference_run` fixture, directly or through another fixture) is marked here; a test
+# that runs jobs of its own says `@pytest.mark.dag` (or its module `pytestmark = pytest.mark.dag`).
+DAG_FIXTURES = frozenset({"reference_run"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if DAG_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.dag)

@@ -115,6 +115,7 @@ def _job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.dag
 def test_editing_a_corpus_file_or_local_weights_reruns_what_reads_them_and_only_that(tmp_path, tokenizer_dir):
     """Snakemake wiring: a `files` corpus and a `local` model directory are inputs; new weights there rerun that
     checkpoint only (the windows and the `init` sibling read the directory's config and tokenizer, not its

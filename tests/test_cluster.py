@@ -239,6 +239,7 @@ def test_gpu_job_without_cuda_is_refused(monkeypatch, no_cuda):
         resolve_device("cuda")
 
 
+@pytest.mark.dag
 def test_workflow_gpu_job_without_cuda_stops_at_once(tmp_path, no_cuda):
     """End to end: a local run that sees GPU 0 tags the activations job with it; the job's CPU torch stops it
     at once with the message, in the job's log, and leaves no output."""

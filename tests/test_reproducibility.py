@@ -333,6 +333,7 @@ def resumed_run(tmp_path_factory) -> Resumed:
     return Resumed(wd, done, incomplete, files, res.stdout + res.stderr)
 
 
+@pytest.mark.dag
 def test_killed_run_resumes_without_redoing_finished_jobs(resumed_run):
     r = resumed_run
     assert r.incomplete_at_kill, "the kill interrupted no job"
