@@ -133,14 +133,44 @@ def token_ids():
     return torch.randint(0, 512, (2, 24), generator=g)
 
 
-# ---- the `dag` marker: tests that need the whole-DAG run or run Snakemake jobs for real -----------------
-# `pytest -m "not dag"` leaves them out (the unit tests, dry runs included: about a minute). A test that uses
-# lg_runs' shared run (the `reference_run` fixture, directly or through another fixture) is marked here; a test
-# that runs jobs of its own says `@pytest.mark.dag` (or its module `pytestmark = pytest.mark.dag`).
+# ---- markers: `dag` (the whole-DAG run, or Snakemake jobs run for real) and `slow` -------------------------
+# `pytest -m "not dag"` leaves out the tests that need lg_runs' shared run (the `reference_run` fixture, directly
+# or through another fixture: marked here) or run jobs of their own (`@pytest.mark.dag` where they are): the
+# unit tests and the dry runs remain. `pytest -m "not dag and not slow"` also leaves out the unit tests below,
+# each over ~10 s on 2 busy cores (statistical coverage runs, dry runs of the papers' DAG, killed-and-resumed
+# subprocess jobs, every figure drawn): the quick loop while editing.
 DAG_FIXTURES = frozenset({"reference_run"})
+SLOW_TESTS = {
+    "test_modes.py": {"test_ginibre_real_eigenvalues_match_lapack_and_edelman_kostlan_shub",
+                      "test_gqa_modes_are_the_rank_and_the_complex_count_is_exact"},
+    "test_spectral.py": {"test_intervals_cover_the_true_metrics_at_the_promised_rate"},
+    "test_envs.py": {"test_script_imports_are_provided_by_the_rule_env"},
+    "test_cluster.py": {"test_dag_builds_and_lints_without_torch"},
+    "test_papers_config.py": {"test_papers_dag_fans_out_offline"},
+    "test_plots_spectral.py": {"test_draw_every_figure"},
+    "test_trends.py": {"test_gradient_figure_per_kind"},
+    "test_coupling_layers.py": {"test_per_layer_test_controls_the_layer_fdr"},
+    "test_precision.py": {"test_store_is_temp_only_when_not_kept", "test_dag_refuses_stages_whose_boundaries_were_not_kept",
+                          "test_per_model_store_overrides_build_and_keep_is_global"},
+    "test_spectral_jacobians.py": {"test_resume_after_sigkill"},
+    "test_inspect.py": {"test_workflow_infers_family_and_layers_and_refuses_a_wrong_family_at_dag_time"},
+    "test_headline.py": {"test_check_catches_a_changed_number"},
+    "test_resume.py": {"test_a_damaged_activation_store_is_not_resumed", "test_a_killed_job_resumes_from_its_last_snapshot",
+                       "test_killed_activation_dump_resumes"},
+}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):
+    seen: dict[str, set[str]] = {}
     for item in items:
         if DAG_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.dag)
+        module = item.path.name
+        seen.setdefault(module, set()).add(item.originalname if hasattr(item, "originalname") else item.name)
+        if getattr(item, "originalname", item.name) in SLOW_TESTS.get(module, ()):
+            item.add_marker(pytest.mark.slow)
+    whole_modules = not config.option.keyword and not any("::" in a for a in config.args)
+    for module, slow in SLOW_TESTS.items():  # a renamed test must not silently lose its mark
+        stale = slow - seen[module] if module in seen and whole_modules else set()
+        if stale:
+            raise pytest.UsageError(f"tests/conftest.py SLOW_TESTS names no test {sorted(stale)} in {module}")
