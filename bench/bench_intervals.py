@@ -24,6 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from layergeom import config as lgconfig  # noqa: E402
 from layergeom.spectral import intervals, pipeline  # noqa: E402
 from layergeom.spectral.cumulative import cumulative_rows  # noqa: E402
 from layergeom.spectral.schur import schur_surgery  # noqa: E402
@@ -60,6 +61,13 @@ def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 
     return pipeline.BoundaryFiles(names, npy, grp, meta)
 
 
+def spectra_defaults() -> dict:
+    """The ``spectra`` settings at their defaults (config/schema/spectra.schema.yaml) and the workflow's seed."""
+    props = lgconfig.load_schema("spectra")["properties"]
+    out = {k: v["default"] for k, v in props.items() if "default" in v}
+    return out | {"seed": lgconfig.load_schema("config")["properties"]["seed"]["default"]}
+
+
 def timed(fn):
     t0 = time.perf_counter()
     fn()
@@ -77,20 +85,45 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         files = synthetic(tmp, args.d, args.layers, args.groups, args.rank)
-        tol = rank_tolerance(args.d)
+        cfg = spectra_defaults()
+        tol = rank_tolerance(args.d, cfg["dtype"], cfg["rank_tol"])
+        spectra_kw = {k: cfg[k] for k in ("sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks")}
+        schur_kw = {"seed": cfg["seed"], "sr_k": cfg["sr_k"], "boundary_metrics": cfg["schur_boundary_metrics"],
+                    "orders": cfg["schur_orders"], "ci_level": cfg["ci_level"]}  # fmt: skip
+        conv_kw = {k: cfg[k] for k in ("sr_k", "dtype", "rank_tol", "ci_level")}
+        conv_kw |= {"sizes": cfg["convergence_sizes"], "n_edge": cfg["convergence_boundaries"]}
         counts = files.counts()
         reps = intervals.replicates(counts)
         alphas = [0, 0.5, 1]
         res = {}
-        res["spectra, no intervals"] = timed(lambda: [spectra_row(n, files[n], 1, tol=tol) for n in files.names])
-        res["spectra, with intervals"] = timed(lambda: pipeline.write_spectra(files, tmp / "s.tsv"))
-        res["cumulative, no intervals"] = timed(lambda: cumulative_rows((n, files[n], None) for n in files.names))
-        res["cumulative, with intervals"] = timed(lambda: pipeline.write_cumulative(files, tmp / "c.tsv"))
-        res["schur (both variants), no intervals"] = timed(lambda: schur_surgery(files, alphas=alphas, tol=tol))
-        res["schur (both variants), intervals own N (4 blocks)"] = timed(
-            lambda: pipeline.write_schur(files, tmp / "u.tsv", alphas=alphas, ci_blocks=4, ci_controls=["none"])
+        res["spectra, no intervals"] = timed(
+            lambda: [spectra_row(n, files[n], 1, sr_k=cfg["sr_k"], tol=tol) for n in files.names]
         )
-        res["convergence (4 sizes)"] = timed(lambda: pipeline.write_convergence(files, tmp / "v.tsv"))
+        res["spectra, with intervals"] = timed(lambda: pipeline.write_spectra(files, tmp / "s.tsv", **spectra_kw))
+        res["cumulative, no intervals"] = timed(
+            lambda: cumulative_rows(((n, files[n], None) for n in files.names), ci_level=cfg["ci_level"])
+        )
+        res["cumulative, with intervals"] = timed(
+            lambda: pipeline.write_cumulative(
+                files, tmp / "c.tsv", ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"]
+            )
+        )
+        res["schur (both variants), no intervals"] = timed(
+            lambda: schur_surgery(files, alphas=alphas, tol=tol, ci_controls=["none"], **schur_kw)
+        )
+        res["schur (both variants), intervals own N (4 blocks)"] = timed(
+            lambda: pipeline.write_schur(
+                files,
+                tmp / "u.tsv",
+                alphas=alphas,
+                dtype=cfg["dtype"],
+                rank_tol=cfg["rank_tol"],
+                ci_blocks=4,
+                ci_controls=["none"],
+                **schur_kw,
+            )  # fmt: skip
+        )
+        res["convergence (4 sizes)"] = timed(lambda: pipeline.write_convergence(files, tmp / "v.tsv", **conv_kw))
         del reps
     lines = [
         "# Confidence intervals: cost on one checkpoint (bench/bench_intervals.py)",

@@ -6,7 +6,7 @@ This bench times ONE boundary of each with the project's own functions and the s
 config/papers.yaml, on synthetic matrices of papers width d = 4096 (Llama-3.1-8B, OLMo-3-7B):
 
 - ``spectra_table``: the deviations Δ_k of the K = n_groups jackknife replicates, ``decompose`` (eigenvectors
-  and full SVD) and ``spectra_row`` (metrics and linearised replicates), as ``write_spectra`` per boundary;
+  and full SVD), ``spectra_row`` and ``spectra_intervals`` (metrics, linearised replicates), as ``write_spectra`` per boundary;
 - ``spectra_cumulative``: ``cumulative_rows`` on two boundaries (both variants, the K deviations), the second
   timed: the step that multiplies;
 - ``spectra_schur``: ``schur_surgery`` on two boundaries with the config's α grid, ``schur_ci_blocks`` and
@@ -52,7 +52,8 @@ from layergeom import config as lgconfig  # noqa: E402
 from layergeom.names import boundaries_for  # noqa: E402
 from layergeom.spectral import intervals, pipeline  # noqa: E402
 from layergeom.spectral.convergence import VARIANTS  # noqa: E402
-from layergeom.spectral.cumulative import cumulative_rows, step_operator, tangent_floor  # noqa: E402
+from layergeom.spectral.cumulative import ProductChain, cumulative_rows, step_operator, tangent_floor  # noqa: E402
+from layergeom.spectral.linear import metric_replicates, spectra_intervals  # noqa: E402
 from layergeom.spectral.schur import schur_surgery  # noqa: E402
 from layergeom.spectral.spectra import decompose, eigenvalue_frame, rank_tolerance, spectra_row, spectral_metrics  # noqa: E402
 from layergeom.topology.communities import boundary_topology  # noqa: E402
@@ -131,10 +132,13 @@ def bench_spectra(J, groups, counts, cfg) -> dict:
     t = {"K": reps.K}
     D, t["deviations_s"] = timed(intervals.deviations, J, groups, counts, reps)
     dec, t["decompose_s"] = timed(decompose, J)
-    (row, _), t["metrics_and_replicates_s"] = timed(
-        spectra_row, "L0.mlp", J, int(counts.sum()), sr_k=cfg["sr_k"], tol=tol, deltas=D, weights=reps.weights,
-        ci_level=cfg["ci_level"], ci_method=cfg["ci_method"], dec=dec,
-    )  # fmt: skip
+
+    def row_with_intervals():  # as write_spectra: the row, then its intervals
+        row, _ = spectra_row("L0.mlp", J, int(counts.sum()), sr_k=cfg["sr_k"], tol=tol, dec=dec)
+        return row | spectra_intervals(J, dec, row, D, reps.weights, tol=tol, ci_level=cfg["ci_level"],
+                                       ci_method=cfg["ci_method"])  # fmt: skip
+
+    row, t["metrics_and_replicates_s"] = timed(row_with_intervals)
     _, t["eigenvalue_frame_s"] = timed(eigenvalue_frame, "L0.mlp", dec, tol)
     t["boundary_s"] = t["deviations_s"] + t["decompose_s"] + t["metrics_and_replicates_s"] + t["eigenvalue_frame_s"]
     t["henrici"] = row["henrici"]  # < 0.1 would make each replicate's Henrici departure an exact eigvals
@@ -184,7 +188,7 @@ def bench_schur(bounds, counts, cfg, seed: int) -> dict:
     t0 = time.perf_counter()
     schur_surgery(
         jac, alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"], tol=rank_tolerance(d, cfg["dtype"], cfg["rank_tol"]),
-        boundary_metrics=cfg["schur_boundary_metrics"], deviations=devs,
+        boundary_metrics=cfg["schur_boundary_metrics"], orders=cfg["schur_orders"], deviations=devs,
         weights=None if reps is None else reps.weights, ci_level=cfg["ci_level"], ci_controls=cfg["schur_ci_controls"],
     )  # fmt: skip
     end = time.perf_counter()
@@ -209,7 +213,7 @@ def convergence_step(J_prev, groups, counts, S, chains, cfg, *, edge: bool, fina
     if edge:
         dec = decompose(J)
         spectral_metrics(J, sr_k=cfg["sr_k"], tol=tol, dec=dec)
-        intervals.metric_replicates(J, D, tol=tol, sr_k=cfg["sr_k"], dec=dec)
+        metric_replicates(J, D, tol=tol, sr_k=cfg["sr_k"], dec=dec, method="linear")
     Dp = D if preps.K == reps.K else intervals.deviations(J, g, sub_counts, preps)
     for v, chain in chains.items():
         if final:
@@ -231,7 +235,7 @@ def bench_convergence(J, groups, counts, cfg) -> dict:
         preps = intervals.replicates(sub, 4)
         Jp = np.tensordot(sub / sub.sum(), np.asarray(groups[:S], dtype=np.float64), axes=1)
         Dp = intervals.deviations(Jp, groups[:S], sub, preps)
-        chains = {v: intervals.ProductChain(0.0) for v in VARIANTS}
+        chains = {v: ProductChain(0.0) for v in VARIANTS}
         for v, c in chains.items():
             c.advance(step_operator(Jp, v), Dp)
         return chains
@@ -528,7 +532,7 @@ def markdown(out: dict) -> str:
         "= 1024: their eigen-perturbations are cheaper, the Schur form is reordered (ztrsen) and its Sylvester "
         "solves split; the SVDs and products, the bulk of the time, are the same.",
         "- A J̄ with Henrici departure below 0.1 (near-normal) takes an exact `eigvals` per replicate in "
-        "`spectra_table` (`LinearSpectra.henrici_exact_below`): K × `eigvals_s` more per such boundary.",
+        "`spectra_table` (`linear.HENRICI_EXACT_BELOW`): K × `eigvals_s` more per such boundary.",
         "- Files are not read: the group means sit in memory. The jobs memory-map them (G·d²·4 B = 1.1 GB per "
         "boundary at d = 4096, read once per table, four times by the convergence job) and read the "
         "activations (tokens·d·4 B = 2.1 GB per boundary) from disk; add that I/O on a slow file system.",

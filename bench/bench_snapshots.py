@@ -24,6 +24,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
 from shapes import machine_info  # noqa: E402
 
+from layergeom import config as lgconfig  # noqa: E402
 from layergeom import resume  # noqa: E402
 from layergeom.spectral import pipeline  # noqa: E402
 
@@ -55,6 +56,13 @@ def boundary_files(folder: Path, d: int, seed: int = 0) -> pipeline.BoundaryFile
     return pipeline.BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
 
 
+def spectra_defaults() -> dict:
+    """The ``spectra`` settings at their defaults (config/schema/spectra.schema.yaml) and the workflow's seed."""
+    props = lgconfig.load_schema("spectra")["properties"]
+    out = {k: v["default"] for k, v in props.items() if "default" in v}
+    return out | {"seed": lgconfig.load_schema("config")["properties"]["seed"]["default"]}
+
+
 def measure(d: int) -> dict:
     stats: dict[str, dict] = {}
     real = resume.Snapshots.save
@@ -73,10 +81,18 @@ def measure(d: int) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             files = boundary_files(tmp, d)
-            pipeline.write_spectra(files, tmp / "spectra.tsv", tmp / "eig.tsv", snapshot_s=0)
-            pipeline.write_cumulative(files, tmp / "cumulative.tsv", snapshot_s=0)
-            pipeline.write_schur(files, tmp / "schur.tsv", snapshot_s=0)
-            pipeline.write_convergence(files, tmp / "convergence.tsv", snapshot_s=0)
+            c = spectra_defaults()
+            kw = {k: c[k] for k in ("dtype", "rank_tol", "ci_level")}
+            pipeline.write_spectra(files, tmp / "spectra.tsv", tmp / "eig.tsv", sr_k=c["sr_k"], ci_method=c["ci_method"],
+                                   ci_blocks=c["ci_blocks"], snapshot_s=0, **kw)  # fmt: skip
+            pipeline.write_cumulative(files, tmp / "cumulative.tsv", ci_level=c["ci_level"], ci_blocks=c["ci_blocks"],
+                                      snapshot_s=0)  # fmt: skip
+            pipeline.write_schur(files, tmp / "schur.tsv", alphas=c["alphas"], seed=c["seed"], sr_k=c["sr_k"],
+                                 boundary_metrics=c["schur_boundary_metrics"], orders=c["schur_orders"],
+                                 ci_blocks=c["schur_ci_blocks"], ci_controls=c["schur_ci_controls"], snapshot_s=0,
+                                 **kw)  # fmt: skip
+            pipeline.write_convergence(files, tmp / "convergence.tsv", sizes=c["convergence_sizes"],
+                                       n_edge=c["convergence_boundaries"], sr_k=c["sr_k"], snapshot_s=0, **kw)  # fmt: skip
     finally:
         resume.Snapshots.save = real
     return stats

@@ -106,10 +106,15 @@ def main(argv=None):
                 out["chunks"][c] = "skipped (budget)"
                 continue
             with FlopCounterMode(display=False) as fc:
-                J = jac.isolated_jacobians(adapter, b, x[:c])
+                J = jac.isolated_jacobians(adapter, b, x[:c], mode="rev")
             flops = fc.get_total_flops() / c
             try:
-                t = timed(lambda c=c, b=b: jac.mean_jacobian(adapter, b, x, chunk_size=c), device)
+                t = timed(
+                    lambda c=c, b=b: jac.mean_jacobian(
+                        adapter, b, x, chunk_size=c, mode="rev", spectral_norm=False, dtype=torch.float32
+                    ),
+                    device,
+                )
             except torch.OutOfMemoryError:
                 out["chunks"][c] = "out of memory"
                 torch.cuda.empty_cache()
@@ -129,7 +134,7 @@ def main(argv=None):
             xs = x[:1]
             t = timed(lambda b=b, xs=xs: jac.naive_jacobians(adapter, b, xs), device)
             ref = jac.naive_jacobians(adapter, b, xs)
-            J = jac.isolated_jacobians(adapter, b, xs)
+            J = jac.isolated_jacobians(adapter, b, xs, mode="rev")
             out["naive_s_per_sample"] = t
             out["max_rel_diff_vs_naive"] = float((J - ref).abs().max() / ref.abs().max())
             best = min((v["ms_per_sample"] for v in out["chunks"].values() if isinstance(v, dict)), default=None)

@@ -232,8 +232,8 @@ def test_jacobians_match_finite_differences(type_adapter64, token_ids):
     for b in ad.boundaries:
         seq = cap[b.name]  # (N, T, d)
         x, prefix = seq[:, -1], seq[:, :-1]
-        J = jac.isolated_jacobians(ad, b, x, tokens=ids[:, -1])  # (N, d, d)
-        Jc = jac.in_context_jacobians(ad, b, prefix, x, tokens=ids)
+        J = jac.isolated_jacobians(ad, b, x, mode="rev", tokens=ids[:, -1])  # (N, d, d)
+        Jc = jac.in_context_jacobians(ad, b, prefix, x, mode="rev", tokens=ids)
         for i in range(N):
 
             def iso(X, i=i, b=b):

@@ -63,7 +63,7 @@ def fake_run(root, rng) -> dict:
                              "henrici_ci_high": v + 0.01, "self_realign": 1 - v, "frac_complex": 0.5})  # fmt: skip
         sp = pd.DataFrame(rows)
         write_tsv(sp, d / "spectra.tsv")
-        write_tsv(trends_table(sp, seed=0), d / "trends.tsv")
+        write_tsv(trends_table(sp, level=0.95, seed=0), d / "trends.tsv")
         cum = pd.DataFrame({"variant": ["update", "update", "full", "full"], "depth": [1, 2, 1, 2],
                             "erank": [9.0, 3.25, 12.0, 11.75], "erank_ci_low": [8, 3.0, 11, 11.5],
                             "erank_ci_high": [10, 3.5, 13, 12.0]})  # fmt: skip

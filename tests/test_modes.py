@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
+from schema_defaults import jacobian_kw, spectral_metrics, tol
 
 from layergeom.linalg import svdvals
-from layergeom.spectral import intervals, spectra
+from layergeom.spectral import linear, spectra
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -69,11 +70,11 @@ def test_pairs_just_above_rounding_are_complex_and_rounding_splits_are_not():
     lam = np.linalg.eigvals(J)
     assert np.sum(lam.imag != 0) == n_true  # LAPACK in float64: the exact count (Im = 0 for the real ones)
     for M in (J, to_float32(J)):
-        m = spectra.spectral_metrics(M, tol=spectra.rank_tolerance(d))
+        m = spectral_metrics(M, tol=tol(d))
         assert m["n_modes"] == m["numerical_rank"] == d
         assert n_complex(m) == n_true
     # rounding does split near-double reals: LAPACK alone (Im ≠ 0) over-counts the float32 matrix ...
-    m32 = spectra.spectral_metrics(to_float32(J))
+    m32 = spectral_metrics(to_float32(J))
     assert m32["frac_complex_max"] * d > n_true
     # ... and the former rule |Im λ| > κ·(d·ε)·σ₁ misses the weak pairs: rounding does not reach d·ε
     dec = spectra.decompose(to_float32(J))
@@ -92,13 +93,13 @@ def test_ginibre_real_eigenvalues_match_lapack_and_edelman_kostlan_shub():
         for M in (G, to_float32(G)) if full else (to_float32(G),):
             exact = int(np.sum(np.linalg.eigvals(M).imag == 0)) if full else None
             if full:  # the spectra.tsv route
-                m = spectra.spectral_metrics(M)
+                m = spectral_metrics(M)
                 n_real = m["n_modes"] - n_complex(m)
             else:  # d = 1536: the same rule without the singular vectors (their SVD doubles the cost)
                 lam, vl, vr = scipy.linalg.eig(M, left=True, right=True)
                 exact = int(np.sum(lam.imag == 0))
                 dec = spectra.Decomposition(lam, None, svdvals(M), None, vl, vr)
-                nz, cplx, r = spectra.mode_flags(dec, spectra.rank_tolerance(d))
+                nz, cplx, r = spectra.mode_flags(dec, tol(d))
                 assert r == nz.sum() == d
                 n_real = int(nz.sum() - cplx.sum())
             assert n_real == exact, (d, n_real, exact)
@@ -134,7 +135,7 @@ def test_gqa_modes_are_the_rank_and_the_complex_count_is_exact(shrink):
     assert 0 < n_true < r
     rows = {}
     for dtype, M in (("float64", A @ B), ("float32", (A.astype(np.float32) @ B.astype(np.float32)).astype(float))):
-        m = spectra.spectral_metrics(M, tol=spectra.rank_tolerance(d, dtype))
+        m = spectral_metrics(M, tol=tol(d, dtype))
         assert m["numerical_rank"] == m["n_modes"] == r, dtype
         assert n_complex(m) == n_true, (dtype, n_complex(m), n_true)
         rows[dtype] = m
@@ -152,7 +153,7 @@ def test_strongly_non_normal_gqa_keeps_rank_many_modes_and_counts_only_resolved_
     mu = np.linalg.eigvals(B @ A)
     M = (A.astype(np.float32) @ B.astype(np.float32)).astype(float)
     dec = spectra.decompose(M)
-    m = spectra.spectral_metrics(M, dec=dec)
+    m = spectral_metrics(M, dec=dec)
     assert m["henrici"] > 0.9999
     assert m["numerical_rank"] == m["n_modes"] == r
     assert spectra.nonzero_modes(dec.eigvals, m["rank_tol"]).sum() > r  # relative to max|λ|: noise counts
@@ -177,7 +178,7 @@ def test_float32_and_float64_jacobians_give_the_same_mode_counts(tiny_jacobians)
     hf, jacs = tiny_jacobians
     d = hf["hidden_size"]
     for name in jacs["float32"]:
-        m32, m64 = (spectra.spectral_metrics(jacs[t][name], tol=spectra.rank_tolerance(d, t)) for t in jacs)
+        m32, m64 = (spectral_metrics(jacs[t][name], tol=tol(d, t)) for t in jacs)
         for key in ("numerical_rank", "n_modes", "frac_complex", "sr_k"):
             assert m32[key] == m64[key], (name, key)
 
@@ -196,7 +197,9 @@ def tiny_jacobians(request):
     for name, dt in (("float32", torch.float32), ("float64", torch.float64)):
         ad = get_adapter(tiny_model(m["family"], seed=3).to(dt))
         x = torch.randn(40, ad.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-        out[name] = {b.name: np.asarray(mean_jacobian(ad, b, x, dtype=dt)[0], np.float64) for b in ad.boundaries}
+        out[name] = {
+            b.name: np.asarray(mean_jacobian(ad, b, x, **jacobian_kw(dtype=dt))[0], np.float64) for b in ad.boundaries
+        }
     return m["hf_config"], out
 
 
@@ -208,18 +211,18 @@ def test_self_realignment_is_capped_at_the_numerical_rank_and_nan_at_rank_zero()
     Vb, _ = np.linalg.qr(g.standard_normal((d, r)))
     S = np.diag(np.linspace(3, 1, r))
     J = Ua @ S @ Vb.T + EPS32 * g.standard_normal((d, d))  # rank r up to float32 rounding
-    m = spectra.spectral_metrics(J, sr_k=k)
+    m = spectral_metrics(J, sr_k=k)
     assert m["numerical_rank"] == m["sr_k"] == r and m["sr_baseline"] == r / d
     # SR_r of the exact factors: ‖Uaᵀ Vb‖_F² / r (the top-r singular subspaces are range(Ua), range(Vb))
     assert m["self_realign"] == pytest.approx(np.sum((Ua.T @ Vb) ** 2) / r, abs=1e-6)
     # the replicates measure the same SR_r, linearised and exact (deviations that turn the range, rank r)
     D = np.stack([1e-3 * g.standard_normal((d, r)) @ S @ Vb.T for _ in range(4)])
-    tol = spectra.rank_tolerance(d)
-    lin = intervals.metric_replicates(J, D, tol=tol, sr_k=k)
-    ex = intervals.metric_replicates(J, D, tol=tol, sr_k=k, method="exact")
+    tau = tol(d)
+    lin = linear.metric_replicates(J, D, tol=tau, sr_k=k, method="linear")
+    ex = linear.metric_replicates(J, D, tol=tau, sr_k=k, method="exact")
     change = np.abs(ex["self_realign"] - m["self_realign"]).max()
     assert 0 < change and np.abs(lin["self_realign"] - ex["self_realign"]).max() <= 0.1 * change
-    z = spectra.spectral_metrics(np.zeros((d, d)), sr_k=k)
+    z = spectral_metrics(np.zeros((d, d)), sr_k=k)
     assert z["numerical_rank"] == z["n_modes"] == z["sr_k"] == 0
     assert np.isnan(z["self_realign"]) and np.isnan(z["frac_complex"])
 
@@ -242,11 +245,11 @@ def test_linear_replicates_count_modes_as_the_exact_replicates_do_across_the_rea
     d = 12
     J = collision_matrix(d)
     g = rng(11)
-    tol = spectra.rank_tolerance(d)
-    base = spectra.spectral_metrics(J, tol=tol)
+    tau = tol(d)
+    base = spectral_metrics(J, tol=tau)
     D = 1e-3 * g.standard_normal((40, d, d))
-    lin = intervals.metric_replicates(J, D, tol=tol, sr_k=4)
-    ex = intervals.metric_replicates(J, D, tol=tol, sr_k=4, method="exact")
+    lin = linear.metric_replicates(J, D, tol=tau, sr_k=4, method="linear")
+    ex = linear.metric_replicates(J, D, tol=tau, sr_k=4, method="exact")
     # the noise moves modes across the axis in both directions (else this test checks nothing) ...
     assert np.any(ex["frac_complex"] > base["frac_complex"]) and np.any(ex["frac_complex"] < base["frac_complex"])
     # ... and the linearised count follows the exact one (second-order slips at the boundary: a few of 40)
@@ -257,8 +260,8 @@ def test_eigenvalue_frame_flags_are_the_table_counts():
     A, B = gqa_factors(d=96, n_kv=2, d_head=8, n_heads=4, shrink=0.9, seed=2)
     J = (A.astype(np.float32) @ B.astype(np.float32)).astype(float)
     dec = spectra.decompose(J)
-    tol = spectra.rank_tolerance(96)
-    m = spectra.spectral_metrics(J, tol=tol, dec=dec)
-    ev = spectra.eigenvalue_frame("L0.attn", dec, tol)
+    tau = tol(96)
+    m = spectral_metrics(J, tol=tau, dec=dec)
+    ev = spectra.eigenvalue_frame("L0.attn", dec, tau)
     assert ev["nonzero"].sum() == m["n_modes"] == 16
     assert ev["complex"].sum() == n_complex(m) and not (ev["complex"] & ~ev["nonzero"]).any()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from schema_defaults import SPECTRA, schur_surgery, tol
+from test_spectral import cumulative_table, spectra_row_with_intervals
 
 from layergeom.io import write_tsv
 from layergeom.plots import convergence as conv_plots
 from layergeom.plots import spectral as plots
-from layergeom.spectral import intervals, schur, spectra
-from layergeom.spectral.cumulative import cumulative_rows
+from layergeom.spectral import intervals, spectra
 from layergeom.tokenwise.convergence import tokenwise_convergence
 
 
@@ -31,16 +32,14 @@ def test_draw_every_figure(tmp_path):
         mats = {n: rng.standard_normal((8, 8)) / 3 for n in names}
         groups = {n: (M[None] + 0.02 * rng.standard_normal((6, 8, 8))).astype(np.float32) for n, M in mats.items()}
         devs = {n: intervals.deviations(mats[n], groups[n], counts, reps) for n in names}
-        rows, decs = [], {}
-        for n in names:
-            row, decs[n] = spectra.spectra_row(n, mats[n], 24, deltas=devs[n], weights=reps.weights)
-            rows.append(row)
+        rows = [spectra_row_with_intervals(n, mats[n], 24, devs[n], reps.weights, SPECTRA["sr_k"]) for n in names]
+        eig = [spectra.eigenvalue_frame(n, spectra.decompose(mats[n]), tol(8)) for n in names]
         metrics = ["henrici_early", "erank_middle", "cumulative_erank_update"]
         tables = {
             "gradient": spectra.order_columns(pd.DataFrame(rows)),
-            "cumulative": cumulative_rows(((n, mats[n], devs[n]) for n in names), weights=reps.weights),
-            "schur": schur.schur_surgery(mats, alphas=[0, 0.5, 1], deviations=devs, weights=reps.weights),
-            "eigenvalues": spectra.eigenvalue_table(decs),
+            "cumulative": cumulative_table(mats, deviations=devs, weights=reps.weights),
+            "schur": schur_surgery(mats, alphas=[0, 0.5, 1], deviations=devs, weights=reps.weights),
+            "eigenvalues": pd.concat(eig, ignore_index=True),
             "convergence": pd.DataFrame(
                 [
                     {"metric": m, "n_samples": n, "value": 1.0 + 1 / n, "ci_low": 1.0, "ci_high": 1 + 2 / n}
@@ -98,14 +97,14 @@ def test_convergence_figures_with_one_group_or_one_window_say_so(tmp_path):
     """spectra.n_groups: 1 (or one window) leaves convergence.tsv without rows; n_windows: 1 leaves the tokenwise
     windows axis one point. Both figures are written (a note, or what there is), and the run goes on."""
     import matplotlib.pyplot as plt
-    from test_spectral import nonnormal, write_boundary_files
+    from test_spectral import CONVERGENCE_KW, nonnormal, write_boundary_files
 
     from layergeom.io import read_tsv
     from layergeom.spectral import pipeline
 
     mats = {f"L{i}.attn": nonnormal(6, seed=i) / 3 for i in range(2)}
     files = write_boundary_files(tmp_path, mats, G=1)
-    pipeline.write_convergence(files, tmp_path / "conv.tsv", n_edge=1, sr_k=2)
+    pipeline.write_convergence(files, tmp_path / "conv.tsv", **CONVERGENCE_KW | {"n_edge": 1, "sr_k": 2})
     assert len(read_tsv(tmp_path / "conv.tsv")) == 0
     fig = plots.plot_convergence({"c": read_tsv(tmp_path / "conv.tsv")}, "M")
     assert "one sample group" in " ".join(t.get_text() for ax in fig.axes for t in ax.texts)

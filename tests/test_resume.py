@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import ROOT
+from test_spectral import CONVERGENCE_KW, CUMULATIVE_KW, SCHUR_KW, SPECTRA_KW
 
 from layergeom import resume
 
@@ -73,16 +74,17 @@ def test_snapshots_are_keyed_and_timed(tmp_path, monkeypatch):
     assert snap.done == 0 and snap.load() is None
     assert not snap.save(1, lambda: pytest.fail("state asked for although no snapshot was due"))
     assert snap.save(1, lambda: {"x": np.arange(3)}, force=True)
-    again = resume.Snapshots(tmp_path / ".partial", "job", "k1")
+    again = resume.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600)
     assert again.done == 1 and np.array_equal(again.load()["state"]["x"], np.arange(3))
     assert again.load() is None  # handed over once
-    other = resume.Snapshots(tmp_path / ".partial", "job", "k2")  # other inputs or settings
+    other = resume.Snapshots(tmp_path / ".partial", "job", "k2", every_s=3600)  # other inputs or settings
     assert other.done == 0 and not snap.path.exists()
     for torn in (b"not a zip", b"", None):  # snapshots torn by something outside our control
         snap.save(2, lambda: {"x": np.arange(1000)}, force=True)
         data = snap.path.read_bytes()
         snap.path.write_bytes(data[: len(data) // 2] if torn is None else torn)
-        assert resume.Snapshots(tmp_path / ".partial", "job", "k1").done == 0 and not snap.path.exists()
+        assert resume.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600).done == 0
+        assert not snap.path.exists()
     snap.save(2, lambda: {"x": 1}, force=True)
 
     def full_disk(*a, **kw):
@@ -91,11 +93,24 @@ def test_snapshots_are_keyed_and_timed(tmp_path, monkeypatch):
     monkeypatch.setattr(np, "savez", full_disk)
     assert not snap.save(3, lambda: {"x": 2}, force=True)  # logged, skipped: the job goes on
     monkeypatch.undo()
-    assert resume.Snapshots(tmp_path / ".partial", "job", "k1").done == 2  # the previous one stays
+    assert resume.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600).done == 2  # the previous one stays
     snap.save(3, lambda: {}, force=True)
     (tmp_path / ".partial" / ".job.snapshot.npz.k1ll3d_x").mkdir()  # a save killed half-way, in an earlier try
     snap.clear()
     assert not (tmp_path / ".partial").exists()
+
+
+def test_no_snapshots_do_nothing(tmp_path):
+    """A job that is not resumable (``every_s`` None) gets NO_SNAPSHOTS: the same calls, nothing read or written."""
+    snap = resume.Snapshots.for_job(tmp_path / "out.tsv", "job", [], {}, None)
+    assert snap is resume.NO_SNAPSHOTS and isinstance(snap, resume.Snapshots)
+    assert snap.done == 0 and snap.load() is None and not snap.due()
+    assert not snap.save(1, lambda: pytest.fail("state asked for without snapshots"), force=True)
+    snap.clear()
+    assert list(tmp_path.iterdir()) == []  # no work folder, no lock
+    kept = resume.Snapshots.for_job(tmp_path / "out.tsv", "job", [], {}, 0)  # every_s 0: a snapshot each step
+    assert kept is not resume.NO_SNAPSHOTS and kept.save(1, lambda: {"x": 1}) and kept.path.exists()
+    kept.clear()
 
 
 def test_job_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
@@ -158,25 +173,26 @@ def _files_of(folder):
 def _spectra(folder, out, **kw):
     from layergeom.spectral import pipeline
 
-    pipeline.write_spectra(_files_of(folder), out, out.with_suffix(".eig.tsv"), sr_k=2, **kw)
+    pipeline.write_spectra(_files_of(folder), out, out.with_suffix(".eig.tsv"), **SPECTRA_KW | {"sr_k": 2} | kw)
 
 
 def _cumulative(folder, out, **kw):
     from layergeom.spectral import pipeline
 
-    pipeline.write_cumulative(_files_of(folder), out, **kw)
+    pipeline.write_cumulative(_files_of(folder), out, **CUMULATIVE_KW | kw)
 
 
 def _schur(folder, out, alphas=(0, 0.5, 1), **kw):
     from layergeom.spectral import pipeline
 
-    pipeline.write_schur(_files_of(folder), out, alphas=list(alphas), sr_k=2, ci_controls=["none", "random"], **kw)
+    over = {"alphas": list(alphas), "sr_k": 2, "ci_controls": ["none", "random"]}
+    pipeline.write_schur(_files_of(folder), out, **SCHUR_KW | over | kw)
 
 
 def _convergence(folder, out, **kw):
     from layergeom.spectral import pipeline
 
-    pipeline.write_convergence(_files_of(folder), out, n_edge=2, sr_k=2, **kw)
+    pipeline.write_convergence(_files_of(folder), out, **CONVERGENCE_KW | {"n_edge": 2, "sr_k": 2} | kw)
 
 
 def _kl_inputs():
@@ -198,11 +214,11 @@ def _kl(folder, out, snapshot_s=None):
     from layergeom.tokenwise.kl import patched_kl
 
     adapter, ids, windows, positions, patches = _kl_inputs()
-    snap = None if snapshot_s is None else resume.Snapshots(resume.work_dir(out), "tokenwise_kl", "k", snapshot_s)
+    snap = resume.NO_SNAPSHOTS if snapshot_s is None else resume.Snapshots(resume.work_dir(out), "tokenwise_kl", "k",
+                                                                              snapshot_s)  # fmt: skip
     kl = patched_kl(adapter, ids, windows, positions, patches, max_rows=8, snapshots=snap)
     write_tsv(pd.DataFrame({f"L{l}v{v}": kl[l][v] for l in kl for v in range(2)}), out)
-    if snap is not None:
-        snap.clear()
+    snap.clear()
 
 
 JOBS = {"spectra": _spectra, "cumulative": _cumulative, "schur": _schur, "convergence": _convergence, "kl": _kl}

@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 import scipy.linalg
 from conftest import ROOT
+from schema_defaults import schur_surgery, spectral_metrics, tol
+from test_spectral import product_eranks
 
 from layergeom.spectral import cumulative, schur, spectra
 
@@ -87,8 +89,8 @@ def test_canonical_order_rule_on_given_eigenvalues():
 def test_schur_form_is_in_the_canonical_order_and_still_j(kind):
     d = 24
     J = nonnormal(d, 3) if kind == "full" else low_rank(d, 8, 4)
-    eig = spectra.spectral_metrics(J, tol=spectra.rank_tolerance(d))
-    form = schur.schur_form(J, n_modes=eig["n_modes"])
+    eig = spectral_metrics(J, tol=tol(d))
+    form = schur.schur_form(J, tol(d), n_modes=eig["n_modes"])
     r = form.n_nonzero
     assert r == (d if kind == "full" else 8)
     T = np.diag(form.lam) + form.N
@@ -123,7 +125,7 @@ def test_reorder_schur_moves_the_diagonal_and_keeps_the_matrix():
 def test_permuted_basis_and_its_lapack_fallback():
     d = 12
     J = nonnormal(d, 8)
-    form = schur.schur_form(J)
+    form = schur.schur_form(J, tol(d))
     sampler = schur.OrderSampler(form)
     T11 = sampler.T11
     for perm in schur.random_orders(d, 3, seed=1, index=0):
@@ -154,7 +156,7 @@ def test_erank_at_random_orders_matches_lapack_sorted_schur_forms():
     d, K, seed = 6, 3, 11
     mats = {f"L{i}.{k}": nonnormal(d, 20 + 2 * i + j, 0.5) for i in range(2) for j, k in enumerate(("attn", "mlp"))}
     alphas = [0.0, 0.5]
-    t = schur.schur_surgery(mats, alphas=alphas + [1.0], seed=seed, sr_k=2, orders=K, boundary_metrics="none")
+    t = schur_surgery(mats, alphas=alphas + [1.0], seed=seed, sr_k=2, orders=K, boundary_metrics="none")
     ops = {(a, k): [] for a in alphas for k in range(K)}
     for bi, J in enumerate(mats.values()):
         lam_np = np.linalg.eigvals(J)
@@ -168,7 +170,7 @@ def test_erank_at_random_orders_matches_lapack_sorted_schur_forms():
                 ops[a, k].append(J0 + a * (J - J0))
     for v in cumulative.VARIANTS:
         for a in alphas:
-            ref = np.array([cumulative.cumulative_erank(ops[a, k], v)[0] for k in range(K)])  # (K, depth)
+            ref = np.array([product_eranks(ops[a, k], v) for k in range(K)])  # (K, depth)
             _, lo, hi = table_spread(t, v, a)
             np.testing.assert_allclose(lo, ref.min(axis=0), rtol=1e-8)
             np.testing.assert_allclose(hi, ref.max(axis=0), rtol=1e-8)
@@ -189,7 +191,7 @@ def test_spread_brackets_the_canonical_order_when_every_order_is_drawn():
     for bi in range(len(mats)):
         drawn = {tuple(p) for p in schur.random_orders(r, K, seed, bi)}
         assert len(drawn) == 6  # every order of the three modes (the test's premise, checked)
-    t = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=seed, sr_k=2, orders=K, boundary_metrics="none")
+    t = schur_surgery(mats, alphas=[0, 0.5, 1], seed=seed, sr_k=2, orders=K, boundary_metrics="none")
     for v in cumulative.VARIANTS:
         for a in (0.0, 0.5):
             erank, lo, hi = table_spread(t, v, a)
@@ -203,24 +205,24 @@ def test_spread_brackets_the_canonical_order_when_every_order_is_drawn():
 def test_no_orders_gives_nan_and_the_draw_is_reproducible():
     mats = {f"L{i}.{k}": nonnormal(7, 40 + 2 * i + j, 0.4) for i in range(2) for j, k in enumerate(("attn", "mlp"))}
     kw = dict(alphas=[0, 0.5, 1], sr_k=2, boundary_metrics="none")
-    none = schur.schur_surgery(mats, seed=1, orders=0, **kw)
+    none = schur_surgery(mats, seed=1, orders=0, **kw)
     assert none["erank_order_min"].isna().all() and none["erank_order_max"].isna().all()
-    a, b = (schur.schur_surgery(mats, seed=1, orders=4, **kw) for _ in range(2))
+    a, b = (schur_surgery(mats, seed=1, orders=4, **kw) for _ in range(2))
     pd.testing.assert_frame_equal(a, b)  # bit for bit
     np.testing.assert_array_equal(a["erank"], none["erank"])  # the orders change nothing else
-    other = schur.schur_surgery(mats, seed=2, orders=4, **kw)
+    other = schur_surgery(mats, seed=2, orders=4, **kw)
     own = (a["control"] == "none") & (a["alpha"] < 1) & (a["depth"] > 1)
     assert not np.allclose(a.loc[own, "erank_order_min"], other.loc[own, "erank_order_min"])
     np.testing.assert_array_equal(a.loc[a["control"] == "none", "erank"], other.loc[a["control"] == "none", "erank"])
     with pytest.raises(ValueError, match="orders"):
-        schur.schur_surgery(mats, seed=1, orders=-1, **kw)
+        schur_surgery(mats, seed=1, orders=-1, **kw)
 
 
 # ---- the same mode counts as spectra.tsv ----------------------------------------------------------------
 def split_pair(d=8, seed=60):
     """Q B Qᵀ with B block-diagonal: a pair a ± i·y whose |Im| y = 3τσ₁ is beyond a κ = 1 floor but far inside
     its own precision (κ ≈ 1/(2y) ≈ 1e5: two real eigenvalues split by a tiny coupling), a clear pair, reals."""
-    tau = spectra.rank_tolerance(d)
+    tau = tol(d)
     y = 3 * tau * 1.0  # σ₁ ≈ 1 (checked below)
     B = np.zeros((d, d))
     B[:2, :2] = [[0.5, 1.0], [-(y**2), 0.5]]  # eigenvalues 0.5 ± i·y
@@ -237,15 +239,15 @@ def test_eigenvalue_metrics_are_spectra_tsv_values_at_every_alpha():
     mats["L1.mlp"] = np.pad(mats["L1.mlp"], (0, d - 8))  # the same width as the others (a zero block)
     # the test's power: from the triangular Λ + αN alone (κ = 1) the split pair would count as complex
     J = mats["L1.mlp"]
-    row, _ = spectra.spectra_row("L1.mlp", J, 1, sr_k=4)
+    row, _ = spectra.spectra_row("L1.mlp", J, 1, sr_k=4, tol=tol(d))
     assert 0.9 < row["sigma_max"] < 1.5
-    form = schur.schur_form(J, n_modes=row["n_modes"])
+    form = schur.schur_form(J, tol(d), n_modes=row["n_modes"])
     tri = np.diag(form.lam) + 0.5 * form.N
-    alone = spectra.spectral_metrics(tri, sr_k=4, dec=spectra.decompose(tri, eigvals=form.lam))
+    alone = spectral_metrics(tri, sr_k=4, dec=spectra.decompose(tri, eigvals=form.lam))
     assert alone["frac_complex"] != row["frac_complex"]
-    t = schur.schur_surgery(mats, alphas=[0, 0.5, 1], seed=3, sr_k=4, orders=2, boundary_metrics="all")
+    t = schur_surgery(mats, alphas=[0, 0.5, 1], seed=3, sr_k=4, orders=2, boundary_metrics="all")
     for name, J in mats.items():
-        row, _ = spectra.spectra_row(name, J, 1, sr_k=4)
+        row, _ = spectra.spectra_row(name, J, 1, sr_k=4, tol=tol(d))
         part = t[(t["boundary"] == name) & (t["variant"] == "update")]
         assert len(part) == 6  # α ∈ {0, 0.5, 1} × both controls (α = 0: one operator, written for both)
         part = t[t["boundary"] == name]

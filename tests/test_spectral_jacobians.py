@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import ROOT, central_differences, tiny_model
+from schema_defaults import SEED, SPECTRA, boundary_kw, jacobian_kw
 
 from layergeom import resume
 from layergeom.adapters import FAMILIES, adapter_class, get_adapter
@@ -26,6 +27,8 @@ from layergeom.spectral import jacobians as jac
 from layergeom.spectral import pipeline
 from layergeom.spectral import structured as st
 from layergeom.store import ActivationStore, dump_activations
+
+MODE = SPECTRA["autodiff"]  # the autodiff mode of the Jacobian job
 
 # transformers computes the RMSNorms of Llama, Gemma 3 and Mamba (and Mamba's SSM parameters) in float32
 # even in a float64 model, so those updates carry float32 rounding (~1e-7 relative): their differences
@@ -57,7 +60,7 @@ def test_isolated_matches_finite_differences(adapter64, family):
     h, tol = fd_setting(family)
     x = torch.randn(3, ad.d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     for b in ad.boundaries:
-        J = jac.isolated_jacobians(ad, b, x)
+        J = jac.isolated_jacobians(ad, b, x, mode=MODE)
         with torch.no_grad():
             fd = central_differences(lambda X, b=b: ad.update(b, X), x, h)
         scale = fd.abs().max()
@@ -72,7 +75,7 @@ def test_in_context_matches_finite_differences(adapter64, family):
     x = torch.randn(2, ad.d_model, dtype=torch.float64, generator=g)
     prefix = torch.randn(2, 5, ad.d_model, dtype=torch.float64, generator=g)
     for b in ad.boundaries:
-        J = jac.in_context_jacobians(ad, b, prefix, x)
+        J = jac.in_context_jacobians(ad, b, prefix, x, mode=MODE)
         with torch.no_grad():
             fd = torch.stack(
                 [
@@ -87,7 +90,7 @@ def test_in_context_matches_finite_differences(adapter64, family):
         scale = fd.abs().max()
         assert torch.allclose(J, fd, atol=tol * scale, rtol=0), f"{b}: {(J - fd).abs().max() / scale:.2e}"
         # the prefix matters for token-mixing updates and not for the tokenwise MLP
-        iso = jac.isolated_jacobians(ad, b, x)
+        iso = jac.isolated_jacobians(ad, b, x, mode=MODE)
         if b.kind == "mlp":
             assert torch.allclose(J, iso, atol=1e-10 * scale)
         else:
@@ -100,8 +103,8 @@ def test_mean_jacobian_in_context_uses_the_prefix_and_shortcuts_only_mlp(adapter
     x = torch.randn(3, ad.d_model, dtype=torch.float64, generator=g)
     prefix = torch.randn(3, 4, ad.d_model, dtype=torch.float64, generator=g)
     for b in ad.boundaries:
-        mean, summ = jac.mean_jacobian(ad, b, x, prefix, chunk_size=2, dtype=torch.float64)
-        ref = jac.in_context_jacobians(ad, b, prefix, x)  # the full path for every kind
+        mean, summ = jac.mean_jacobian(ad, b, x, prefix, **jacobian_kw(chunk_size=2, dtype=torch.float64))
+        ref = jac.in_context_jacobians(ad, b, prefix, x, mode=MODE)  # the full path for every kind
         assert mean.dtype == np.float64 and mean.shape == (ad.d_model, ad.d_model)
         np.testing.assert_allclose(mean, ref.mean(0).numpy(), atol=1e-10 * float(ref.abs().max()))
         np.testing.assert_allclose(summ["fro_norm"], torch.linalg.matrix_norm(ref).numpy(), rtol=1e-10)
@@ -132,7 +135,7 @@ def test_llama_attention_closed_form():
             eye / r[:, None, None] - x[:, :, None] * x[:, None, :] / (d * r[:, None, None] ** 3)
         )
         expected = Wo @ Wv_rep @ J_norm  # (N, d, d)
-        J = jac.isolated_jacobians(ad, f"L{layer}.attn", x)
+        J = jac.isolated_jacobians(ad, f"L{layer}.attn", x, mode=MODE)
         # the RMSNorm runs in float32 inside transformers (see FD above): float32-level agreement
         assert torch.allclose(J, expected, atol=1e-5 * float(expected.abs().max()), rtol=0), (J - expected).abs().max()
 
@@ -149,7 +152,7 @@ def test_batched_equals_naive_per_sample(family):
 
 def test_select_samples_and_groups():
     T = 8
-    last = jac.select_samples(n_windows=5, window_tokens=T, n_samples=10, samples="last")
+    last = jac.select_samples(n_windows=5, window_tokens=T, n_samples=10, samples="last", seed=SEED)
     np.testing.assert_array_equal(last, [7, 15, 23, 31, 39])  # last position of every window
     sub = jac.select_samples(n_windows=50, window_tokens=T, n_samples=10, samples="last", seed=3)
     assert len(sub) == 10 and len(set(sub)) == 10 and np.all(sub % T == T - 1) and np.all(np.diff(sub) > 0)
@@ -164,7 +167,7 @@ def test_select_samples_and_groups():
     assert len(some) == 20 and np.all(np.isin(some, every)) and np.all(np.diff(some) > 0)
     np.testing.assert_array_equal(jac.select_samples(50, T, 10, 1000, seed=3), every)
     with pytest.raises(LayergeomError, match="at least 2 tokens"):
-        jac.select_samples(5, 1, 3)
+        jac.select_samples(5, 1, 3, "last", SEED)
     assert jac.resolve_samples(None, "isolated") == "all" and jac.resolve_samples(None, "in_context") == "last"
     with pytest.raises(LayergeomError, match="spectra.samples"):
         jac.resolve_samples(0, "isolated")
@@ -229,7 +232,7 @@ def test_structured_equals_autodiff_float64(name):
         sub = ad.structure(b)
         assert sub is not None, f"{name} {b}: no structure"
         post += any(br.post is not None for br in sub.branches)
-        J = jac.isolated_jacobians(ad, b, x)  # (9, d, d) autodiff
+        J = jac.isolated_jacobians(ad, b, x, mode=MODE)  # (9, d, d) autodiff
         ref = torch.stack([J[groups == g].sum(0) for g in range(3)])
         sums = st.structured_sums(sub, x, groups, 3)
         per = st.structured_sums(sub, x, torch.arange(len(x)), len(x))
@@ -273,20 +276,21 @@ def test_structured_float32_matches_naive_reference():
 def test_route_choice_and_fallback_logged(caplog):
     mamba = get_adapter(tiny_model("mamba"))
     llama = get_adapter(tiny_model("llama"))
-    route, sub, reason = jac.choose_method(mamba, "L0.block", "isolated")
+    route, sub, reason = jac.choose_method(mamba, "L0.block", "isolated", SPECTRA["method"])
     assert (route, sub) == ("autodiff", None) and "describes no structure" in reason
     with pytest.raises(LayergeomError, match="method: structured"):
         jac.choose_method(mamba, "L0.block", "isolated", "structured")
-    assert jac.choose_method(llama, "L0.attn", "isolated")[0] == "structured"
-    assert jac.choose_method(llama, "L0.mlp", "in_context")[0] == "structured"  # tokenwise: same Jacobian
-    assert jac.choose_method(llama, "L0.attn", "in_context")[0] == "autodiff"
+    assert jac.choose_method(llama, "L0.attn", "isolated", SPECTRA["method"])[0] == "structured"
+    assert jac.choose_method(llama, "L0.mlp", "in_context", SPECTRA["method"])[0] == "structured"  # tokenwise: same Jacobian
+    assert jac.choose_method(llama, "L0.attn", "in_context", SPECTRA["method"])[0] == "autodiff"
     assert jac.choose_method(llama, "L0.attn", "isolated", "autodiff")[0] == "autodiff"
     x = torch.randn(6, mamba.d_model, generator=torch.Generator().manual_seed(8))
     with caplog.at_level(logging.INFO, logger="layergeom"):
-        res = jac.boundary_jacobian(mamba, "L0.block", x, np.array([0, 0, 0, 1, 1, 1]), 2, summary_idx=np.arange(2))
+        res = jac.boundary_jacobian(mamba, "L0.block", x, np.array([0, 0, 0, 1, 1, 1]), 2, summary_idx=np.arange(2),
+                                    **boundary_kw())
     assert res.method == "autodiff"
     assert any("autodiff" in r.getMessage() and "describes no structure" in r.getMessage() for r in caplog.records)
-    ref = jac.isolated_jacobians(mamba, "L0.block", x).double()
+    ref = jac.isolated_jacobians(mamba, "L0.block", x, mode=MODE).double()
     np.testing.assert_allclose(res.mean, ref.mean(0).numpy(), atol=1e-12 * float(ref.abs().max()))
     np.testing.assert_allclose(res.group_means[1], ref[3:].mean(0).numpy(), atol=1e-12 * float(ref.abs().max()))
 
@@ -297,11 +301,13 @@ def test_failed_check_falls_back_or_raises(caplog, monkeypatch):
     monkeypatch.setattr(ad, "structure", lambda b: _without_offset(good(b)))
     x = torch.randn(4, ad.d_model, generator=torch.Generator().manual_seed(8))
     with caplog.at_level(logging.WARNING, logger="layergeom"):
-        res = jac.boundary_jacobian(ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2))
+        res = jac.boundary_jacobian(ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2),
+                                    **boundary_kw())
     assert res.method == "autodiff" and any("disagrees" in r.getMessage() for r in caplog.records)
     with pytest.raises(LayergeomError, match="disagrees"):
         jac.boundary_jacobian(
-            ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2), method="structured"
+            ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2),
+            **boundary_kw(method="structured"),
         )
 
 
@@ -338,10 +344,10 @@ def test_boundary_jacobians_from_store(tmp_path, llama_store, context, samples, 
     outs = outputs_for(names, tmp_path / "jac")
     cfg = {"n_samples": 8, "samples": samples, "context": context, "method": method, "n_groups": 2,
            "summary_samples": 6, "chunk_size": 3}  # fmt: skip
-    res = pipeline.boundary_jacobians(ad, store, names, outs, cfg)
+    res = pipeline.boundary_jacobians(ad, store, names, outs, cfg, seed=SEED)
     assert not (tmp_path / "jac" / resume.PARTIAL).exists()
     T = windows.shape[1]
-    rows = jac.select_samples(5, T, 8, samples)
+    rows = jac.select_samples(5, T, 8, samples, SEED)
     win, pos = rows // T, rows % T
     cap = ad.capture(torch.as_tensor(windows))
     for n in names:
@@ -369,7 +375,7 @@ def test_boundary_jacobians_from_store(tmp_path, llama_store, context, samples, 
             if context == "isolated":
                 ref.append(jac.naive_jacobians(ad, n, xs)[0])
             else:
-                ref.append(jac.in_context_jacobians(ad, n, cap[n][w : w + 1, :p], xs)[0])
+                ref.append(jac.in_context_jacobians(ad, n, cap[n][w : w + 1, :p], xs, mode=MODE)[0])
         ref = torch.stack(ref).double()
         scale = float(ref.abs().max())
         np.testing.assert_allclose(J, ref.mean(0).numpy(), atol=2e-5 * scale)
@@ -413,23 +419,23 @@ def test_resume_after_an_exception(tmp_path, llama_store, monkeypatch):
     ad, _, store = llama_store
     names = [b.name for b in ad.boundaries]
     whole = outputs_for(names, tmp_path / "whole")
-    pipeline.boundary_jacobians(ad, store, names, whole, CFG)
+    pipeline.boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
 
     outs = outputs_for(names, tmp_path / "jac")
     calls = _count_calls(monkeypatch, fail_after=2)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+        pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     assert calls == names[:2] and not any(Path(p).exists() for o in outs.values() for p in o.values())
     calls = _count_calls(monkeypatch)
-    pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+    pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     assert calls == names[2:]  # only the unfinished boundaries were computed
     assert _files(outs) == _files(whole)  # byte for byte what an uninterrupted run writes
     # finished boundaries of other settings are not reused
     _count_calls(monkeypatch, fail_after=1)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+        pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     calls = _count_calls(monkeypatch)
-    pipeline.boundary_jacobians(ad, store, names, outs, {**CFG, "summary_samples": 3})
+    pipeline.boundary_jacobians(ad, store, names, outs, {**CFG, "summary_samples": 3}, seed=SEED)
     assert calls == names
 
 
@@ -441,11 +447,11 @@ def test_resume_redoes_a_boundary_whose_kept_files_do_not_match_their_marker(tmp
     ad, _, store = llama_store
     names = [b.name for b in ad.boundaries]
     whole = outputs_for(names, tmp_path / "whole")
-    pipeline.boundary_jacobians(ad, store, names, whole, CFG)
+    pipeline.boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
     outs = outputs_for(names, tmp_path / "jac")
     _count_calls(monkeypatch, fail_after=3)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+        pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     work = tmp_path / "jac" / resume.PARTIAL
     a, b = work / f"{names[0]}.npy", work / f"{names[1]}.npy"
     if damage == "truncated":
@@ -457,7 +463,7 @@ def test_resume_redoes_a_boundary_whose_kept_files_do_not_match_their_marker(tmp
         redone = names[:2]
     calls = _count_calls(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="layergeom"):
-        pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+        pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     assert calls == redone + names[3:]
     assert f"{names[0]}.npy " in caplog.text and "redoing it" in caplog.text
     assert _files(outs) == _files(whole)
@@ -498,7 +504,7 @@ ad = get_adapter(tiny_model("llama"))
 names = [b.name for b in ad.boundaries]
 ext = {{"npy": "npy", "groups": "groups.npy", "json": "json", "tsv": "tsv"}}
 outs = {{n: {{k: os.path.join({out!r}, n + "." + e) for k, e in ext.items()}} for n in names}}
-pipeline.boundary_jacobians(ad, ActivationStore({store!r}), names, outs, {cfg!r})
+pipeline.boundary_jacobians(ad, ActivationStore({store!r}), names, outs, {cfg!r}, seed={seed!r})
 """
 
 
@@ -507,7 +513,7 @@ def test_resume_after_sigkill(tmp_path, llama_store, monkeypatch):
     names = [b.name for b in ad.boundaries]
     k = 3
     out = tmp_path / "jac"
-    script = KILLED_JOB.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, out=str(out),
+    script = KILLED_JOB.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, out=str(out), seed=SEED,
                                store=str(store.path), cfg=CFG)  # fmt: skip
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
@@ -516,13 +522,13 @@ def test_resume_after_sigkill(tmp_path, llama_store, monkeypatch):
     assert len(list(partial.glob("*.done.json"))) == k
     calls = _count_calls(monkeypatch)
     outs = outputs_for(names, out)
-    pipeline.boundary_jacobians(ad, store, names, outs, CFG)
+    pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     assert calls == names[k:]  # only the unfinished boundaries were computed
     for name, data in kept.items():  # the finished ones were moved into place untouched
         if name.split(".")[0] + "." + name.split(".")[1] in names[:k]:
             assert (out / name).read_bytes() == data, name
     whole = outputs_for(names, tmp_path / "whole")
-    pipeline.boundary_jacobians(ad, store, names, whole, CFG)
+    pipeline.boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
     for n in names:  # everything equals an uninterrupted run (up to another process's float32 rounding)
         a, b = np.load(outs[n]["npy"]), np.load(whole[n]["npy"])
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max())
@@ -540,7 +546,7 @@ def test_token_dependent_jacobians_from_store(tmp_path, context):
     files = {"npy": "npy", "groups": "groups.npy", "json": "json", "tsv": "tsv"}
     outs = {n: {k: tmp_path / "jac" / f"{n}.{s}" for k, s in files.items()} for n in names}
     settings = {"n_samples": 4, "samples": "last", "context": context, "chunk_size": 3, "n_groups": 2}
-    pipeline.boundary_jacobians(ad, ActivationStore(tmp_path / "acts"), names, outs, settings)
+    pipeline.boundary_jacobians(ad, ActivationStore(tmp_path / "acts"), names, outs, settings, seed=SEED)
     ids = torch.as_tensor(windows)
     cap = ad.capture(ids)
     for n in names:
@@ -548,5 +554,5 @@ def test_token_dependent_jacobians_from_store(tmp_path, context):
         if context == "isolated":  # independent recomputation, one sample at a time
             ref = jac.naive_jacobians(ad, n, cap[n][:, -1], tokens=ids[:, -1])
         else:
-            ref = jac.in_context_jacobians(ad, n, cap[n][:, :-1], cap[n][:, -1], tokens=ids)
+            ref = jac.in_context_jacobians(ad, n, cap[n][:, :-1], cap[n][:, -1], tokens=ids, mode=MODE)
         np.testing.assert_allclose(J, ref.double().mean(0).numpy(), atol=2e-5 * float(ref.abs().max()) + 1e-12)

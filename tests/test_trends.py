@@ -101,14 +101,14 @@ def test_sampling_bound_is_attained_by_fully_correlated_errors():
 
 
 def test_small_models_and_bad_input():
-    t = tr.trends_table(spectra_frame(2, {"attn": lambda m, x: 1 + x, "mlp": lambda m, x: 2 - x}), seed=0)
+    t = tr.trends_table(spectra_frame(2, {"attn": lambda m, x: 1 + x, "mlp": lambda m, x: 2 - x}), level=0.95, seed=0)
     r = t[(t["kind"] == "attn") & (t["metric"] == "henrici")].iloc[0]
     assert r["slope"] == pytest.approx(1.0) and np.isnan(r["slope_ci_low"])  # two boundaries: no interval
     assert np.isnan(r["middle_third"]) and r["n_middle"] == 0
     from layergeom.runtime import LayergeomError
 
     with pytest.raises(LayergeomError, match="no boundaries"):
-        tr.trends_table(pd.DataFrame(columns=["boundary", "layer", "kind", "henrici"]))
+        tr.trends_table(pd.DataFrame(columns=["boundary", "layer", "kind", "henrici"]), level=0.95, seed=0)
 
 
 def test_trends_file_round_trip(tmp_path):

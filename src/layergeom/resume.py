@@ -384,7 +384,7 @@ class Snapshots:
 
     Use::
 
-        snap = Snapshots(work_dir(out), "schur", key, every_s)
+        snap = Snapshots.for_job(out, "schur", inputs, settings, every_s)
         state = snap.load()              # None, or {"done": n, "state": ...} of the last snapshot
         for i, item in enumerate(items):
             if state and i < state["done"]: continue
@@ -393,41 +393,43 @@ class Snapshots:
         ...                              # write the outputs, then
         snap.clear()
 
-    ``every_s`` 0 saves after every step; None never saves (a job that cannot be resumed). The state
-    callable is called only when a snapshot is due.
+    ``every_s`` 0 saves after every step. The state callable is called only when a snapshot is due. A job
+    that is not resumable gets :data:`NO_SNAPSHOTS` (from :meth:`for_job` with ``every_s`` None): the same
+    calls, doing nothing.
     """
 
     @classmethod
-    def for_job(cls, out, what: str, inputs: Iterable, settings: dict, every_s: float | None) -> Snapshots | None:
-        """The snapshots of the job writing `out`, keyed by :func:`job_key`; None when ``every_s`` is None (no
-        snapshots: the job starts from zero if it is killed)."""
+    def for_job(cls, out, what: str, inputs: Iterable, settings: dict, every_s: float | None) -> Snapshots:
+        """The snapshots of the job writing `out`, keyed by :func:`job_key`; :data:`NO_SNAPSHOTS` when ``every_s``
+        is None (the job starts from zero if it is killed)."""
         if every_s is None:
-            return None
+            return NO_SNAPSHOTS
         return cls(work_dir(out), what, job_key(what, inputs, settings), every_s)
 
-    def __init__(self, work, name: str, key: str, every_s: float | None = 600.0):
+    def __init__(self, work, name: str, key: str, every_s: float):
         self.work = Path(work)
         self.name = name
         self.path = self.work / f"{name}.snapshot.npz"
         self.key = key
-        self.every_s = every_s
-        self.last = time.monotonic()
-        self.saved = 0  # snapshots written by this process
-        self._read_done = None  # steps finished by the snapshot read at the start (None: not read yet)
-        self._last = None
+        self.every_s = float(every_s)
+        self.saved_at = time.monotonic()  # when the last snapshot was written (or the job started)
+        self._start: dict | None = None  # the snapshot read at the start, until load() hands it over
+        self._read = False  # whether that snapshot has been looked for
+        self._start_done = 0  # steps finished by it
         self.lock: WorkLock | None = None
 
     @property
     def done(self) -> int:
         """Steps finished by the snapshot this job started from (0 without one)."""
-        self._peek()
-        return self._read_done
+        self._read_start()
+        return self._start_done
 
-    def _peek(self) -> None:
-        if self._read_done is None:
+    def _read_start(self) -> None:
+        if not self._read:
             self.lock = self.lock or WorkLock.hold(self.work, self.name)  # one instance of this job works here
-            self._last = self._read()
-            self._read_done = 0 if self._last is None else self._last["done"]
+            self._start = self._read_file()
+            self._start_done = 0 if self._start is None else self._start["done"]
+            self._read = True
 
     def load(self) -> dict | None:
         """The snapshot to start from: {"done": steps finished, "state": the tree}; None if there is none.
@@ -435,11 +437,11 @@ class Snapshots:
         The file is read once; this hands its state over (a second call returns None). A snapshot of another
         key (other inputs or settings) or an unreadable one is removed.
         """
-        self._peek()
-        last, self._last = self._last, None
-        return last
+        self._read_start()
+        start, self._start = self._start, None
+        return start
 
-    def _read(self) -> dict | None:
+    def _read_file(self) -> dict | None:
         if not self.path.exists():
             return None
         try:
@@ -461,7 +463,7 @@ class Snapshots:
         return out
 
     def due(self) -> bool:
-        return self.every_s is not None and time.monotonic() - self.last >= self.every_s
+        return time.monotonic() - self.saved_at >= self.every_s
 
     def save(self, done: int, state: Callable[[], object], force: bool = False) -> bool:
         """Save the state after `done` steps if a snapshot is due (or `force`); returns whether it saved.
@@ -471,7 +473,7 @@ class Snapshots:
         """
         if not (force or self.due()):
             return False
-        self._peek()  # holds the lock
+        self._read_start()  # holds the lock
         t0 = time.monotonic()
         tree, arrays = pack(state())
         meta = json.dumps({"key": self.key, "done": int(done), "tree": tree, "format": FORMAT})
@@ -481,13 +483,12 @@ class Snapshots:
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as err:
-            self.last = time.monotonic()
+            self.saved_at = time.monotonic()
             log.warning("%s: could not save a snapshot after step %d (%s); going on without it", self.name, done, err)
             return False
-        self.saved += 1
-        self.last = time.monotonic()
+        self.saved_at = time.monotonic()
         log.info("%s: snapshot after step %d (%.1f MB, %.1f s)", self.name, done, self.path.stat().st_size / 1e6,
-                 self.last - t0)  # fmt: skip
+                 self.saved_at - t0)  # fmt: skip
         return True
 
     def clear(self) -> None:
@@ -501,6 +502,36 @@ class Snapshots:
             log.warning("%s: could not remove temporaries in %s (%s)", self.name, self.work, err)
         remove_work(self.work, [self.path.name], lock=self.lock)
         self.lock = None
+
+
+class _NoSnapshots(Snapshots):
+    """The snapshots of a job that is not resumable: nothing is read, saved or removed."""
+
+    def __init__(self):
+        pass
+
+    @property
+    def done(self) -> int:
+        return 0
+
+    def load(self) -> None:
+        return None
+
+    def due(self) -> bool:
+        return False
+
+    def save(self, done: int, state: Callable[[], object], force: bool = False) -> bool:
+        return False
+
+    def clear(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "NO_SNAPSHOTS"
+
+
+#: the snapshots of a job that is not resumable (``snapshot_minutes`` unset for it): every call does nothing
+NO_SNAPSHOTS: Snapshots = _NoSnapshots()
 
 
 # ---- state trees <-> (JSON, arrays) -------------------------------------------------------------------------

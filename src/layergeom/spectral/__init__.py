@@ -1,6 +1,9 @@
 """Paper B: spectral geometry of the residual stream's sublayer Jacobians (docs/methods.md, "Paper B: spectra").
 
-Modules: ``jacobians`` (exact per-sample Jacobians and their mean J̄_b), ``spectra`` (the per-boundary
-metrics of J̄_b), ``cumulative`` (products of J̄_b through depth), ``schur`` (Schur surgery),
-``pipeline`` (one function per workflow rule: the only module here that reads or writes files).
+Modules, each importing only those before it (tests/test_spectral_imports.py): ``settings`` (the Jacobian
+job's settings, without torch), ``structured`` and ``jacobians`` (exact per-sample Jacobians and their mean
+J̄_b; torch), ``intervals`` (the jackknife core), ``spectra`` (the per-boundary metrics of J̄_b), ``linear``
+(their linearised jackknife replicates), ``cumulative`` (products of J̄_b through depth, with the replicates'
+tangents), ``schur`` (Schur surgery), ``convergence``, ``trends`` (with its rule's entry point) and
+``pipeline`` (one function per other workflow rule: with ``trends.write_trends``, all that reads or writes files).
 """

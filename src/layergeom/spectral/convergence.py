@@ -19,11 +19,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..resume import NO_SNAPSHOTS, Snapshots
+from ..runtime import progress
 from . import intervals
-from .cumulative import VARIANTS, step_operator, tangent_floor
+from .cumulative import VARIANTS, ProductChain, step_operator, tangent_floor
+from .linear import metric_replicates
 from .spectra import decompose, spectral_metrics
 
 EDGE_METRICS = ("henrici", "frac_complex", "self_realign")
+#: blocks of groups of the full-depth products' jackknife (as the Schur surgery's default)
+PRODUCT_BLOCKS = 4
 
 
 def convergence_rows(
@@ -31,12 +36,12 @@ def convergence_rows(
     counts: np.ndarray,
     sizes: list[int],
     *,
-    n_edge: int = 4,
-    sr_k: int = 64,
+    n_edge: int,
+    sr_k: int,
     tol: float,
-    ci_level: float = 0.95,
-    product_blocks: int | None = 4,
-    snapshots=None,
+    ci_level: float,
+    product_blocks: int | None = PRODUCT_BLOCKS,
+    snapshots: Snapshots = NO_SNAPSHOTS,
 ) -> pd.DataFrame:
     """One row per (metric, subset size): metric, n_samples, value, ci_low, ci_high, n_groups, boundaries.
 
@@ -44,8 +49,9 @@ def convergence_rows(
     whose K tangents cost two d×d products per boundary each, over `product_blocks` blocks of them (as the
     Schur surgery; None: every group).
 
-    ``snapshots`` (``layergeom.resume.Snapshots``, optional) resumes after its last snapshot and saves the
-    state as it goes; a step is one boundary of one subset size.
+    ``snapshots`` (``layergeom.resume.Snapshots``; default none) resumes after its last snapshot and saves
+    the state as it goes; a step is one boundary of one subset size (the steps of the progress bar). The
+    per-boundary replicates are always linearised (``linear.metric_replicates``).
     """
     names = list(files.names)
     n_edge = max(1, min(int(n_edge), len(names)))
@@ -53,10 +59,11 @@ def convergence_rows(
     middle = names[len(names) // 2]
     rows = []
     nb = len(names)
-    restored = snapshots.load() if snapshots is not None else None
+    restored = snapshots.load()
     done = 0 if restored is None else restored["done"]
     if restored is not None:
         rows = restored["state"]["rows"]
+    bar = progress(total=len(sizes) * nb, initial=done, desc="convergence", unit="step")
     for si, S in enumerate(sizes):
         if (si + 1) * nb <= done:  # this size's rows are in the snapshot
             continue
@@ -66,10 +73,10 @@ def convergence_rows(
         preps = intervals.replicates(sub_counts, product_blocks)
         w = sub_counts / sub_counts.sum()
         per = {}  # boundary -> (metrics, replicate metrics)
-        chains = {v: intervals.ProductChain(0.0) for v in VARIANTS}
+        chains = {v: ProductChain(0.0) for v in VARIANTS}
         if restored is not None and done > si * nb:  # part of this size is in the snapshot
             per = restored["state"]["per"]
-            chains = {v: intervals.ProductChain.from_state(c) for v, c in restored["state"]["chains"].items()}
+            chains = {v: ProductChain.from_state(c) for v, c in restored["state"]["chains"].items()}
         last = {}
         for i, name in enumerate(names):
             if si * nb + i < done:
@@ -80,7 +87,7 @@ def convergence_rows(
             if name in early or name in late or name == middle:
                 dec = decompose(J)
                 m = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=dec)
-                per[name] = (m, intervals.metric_replicates(J, D, tol=tol, sr_k=sr_k, dec=dec))
+                per[name] = (m, metric_replicates(J, D, tol=tol, sr_k=sr_k, dec=dec, method="linear"))
             Dp = D if preps.K == reps.K else intervals.deviations(J, g, sub_counts, preps)
             final = i == len(names) - 1
             for v, chain in chains.items():
@@ -89,11 +96,12 @@ def convergence_rows(
                     last[v] = chain.step(step_operator(J, v), Dp)
                 else:
                     chain.advance(step_operator(J, v), Dp)
-            if snapshots is not None and not final:
+            if not final:
                 state = {"rows": rows, "per": per, "chains": chains}  # the chains' arrays only when due
                 snapshots.save(
                     si * nb + i + 1, lambda s=state: {**s, "chains": {v: c.state() for v, c in s["chains"].items()}}
                 )
+            bar.update()
         n = int(sub_counts.sum())
 
         def add(metric, value, reps_values, scale, boundaries, weights=reps.weights, n=n, S=S):
@@ -110,7 +118,7 @@ def convergence_rows(
         for v in VARIANTS:
             erank, _, reps_values = last[v]
             add(f"cumulative_erank_{v}", erank, reps_values, "log", f"{names[0]}..{names[-1]}", preps.weights)
-        if snapshots is not None:
-            snapshots.save((si + 1) * nb, lambda: {"rows": rows})
+        snapshots.save((si + 1) * nb, lambda: {"rows": rows})
+    bar.close()
     cols = ["metric", "n_samples", "value", "ci_low", "ci_high", "n_groups", "boundaries"]
     return pd.DataFrame(rows, columns=cols)

@@ -30,6 +30,7 @@ from ..adapters import Adapter, Boundary
 from ..names import TOKENWISE_KINDS
 from ..runtime import LayergeomError
 from .settings import JacobianSettings  # noqa: F401  (re-exported)
+from .structured import PRODUCT_ELEMENTS, check_tolerance, structured_forward, structured_sums
 
 log = logging.getLogger("layergeom")
 
@@ -50,7 +51,7 @@ def _jac(mode: str):
 # ---- batched exact Jacobians ------------------------------------------------------------------
 @torch.no_grad()  # torch.func differentiates regardless; nothing keeps a graph to the weights
 def isolated_jacobians(
-    adapter: Adapter, b: Boundary | str, x: torch.Tensor, *, mode: str = "rev", tokens: torch.Tensor | None = None
+    adapter: Adapter, b: Boundary | str, x: torch.Tensor, *, mode: str, tokens: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Isolated sublayer Jacobians ∂F_b/∂x of one chunk of states x (c, d) -> (c, d, d), rows = outputs.
 
@@ -70,7 +71,7 @@ def in_context_jacobians(
     prefix: torch.Tensor,
     x: torch.Tensor,
     *,
-    mode: str = "rev",
+    mode: str,
     tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Same-position Jacobians ∂F_b/∂x at the last position of [prefix (c, T-1, d), x (c, d)] -> (c, d, d).
@@ -110,7 +111,7 @@ def resolve_samples(samples, context: str):
     raise LayergeomError(f"spectra.samples: '{samples}' is not one of all, last, a positive integer or null")
 
 
-def select_samples(n_windows: int, window_tokens: int, n_samples: int, samples="last", seed: int = 0) -> np.ndarray:
+def select_samples(n_windows: int, window_tokens: int, n_samples: int, samples, seed: int) -> np.ndarray:
     """Sorted store rows of the samples.
 
     The sample windows are all windows, or a seeded subset of ``n_samples`` of them when there are more; of
@@ -144,7 +145,7 @@ def sample_groups(windows: np.ndarray, n_groups: int) -> tuple[np.ndarray, list[
     return groups, [[int(b[0]), int(b[-1])] for b in blocks]
 
 
-def summary_subset(n: int, k: int, seed: int = 0) -> np.ndarray:
+def summary_subset(n: int, k: int, seed: int) -> np.ndarray:
     """Sorted indices of the k samples (of n) that get per-sample summaries: all when k >= n, else seeded."""
     if k >= n:
         return np.arange(n)
@@ -152,7 +153,7 @@ def summary_subset(n: int, k: int, seed: int = 0) -> np.ndarray:
 
 
 # ---- per-sample summaries ---------------------------------------------------------------------
-def sample_summaries(J: torch.Tensor, spectral_norm: bool = False) -> dict[str, np.ndarray]:
+def sample_summaries(J: torch.Tensor, spectral_norm: bool) -> dict[str, np.ndarray]:
     """Small per-sample metrics of Jacobians J (c, d, d): Frobenius norm, trace, asymmetry (and σ1)."""
     J64 = J.double()
     fro = torch.linalg.matrix_norm(J64)  # (c,)
@@ -177,7 +178,7 @@ SUMMARY_KEYS = ("fro_norm", "trace", "asymmetry", "spectral_norm")
 METHODS = ("auto", "structured", "autodiff")
 
 
-def choose_method(adapter: Adapter, b: Boundary | str, context: str, method: str = "auto"):
+def choose_method(adapter: Adapter, b: Boundary | str, context: str, method: str):
     """(route, description or None, reason) for boundary b: ``structured`` where the adapter describes the
     sublayer and the Jacobian is isolated (or the sublayer is tokenwise), else ``autodiff``.
 
@@ -203,13 +204,11 @@ def choose_method(adapter: Adapter, b: Boundary | str, context: str, method: str
 def check_structure(adapter: Adapter, b: Boundary | str, sub, x: torch.Tensor) -> tuple[bool, str]:
     """Compare the description with the model on a few samples x (n, d): the update F(x), and the per-sample
     Jacobians against autodiff, both to ``structured.check_tolerance`` relative to their largest entry."""
-    from .structured import check_tolerance, structured_forward, structured_sums
-
     b = _parse(b)
     tol = check_tolerance(sub)
     with torch.no_grad():
         F_model, F_desc = adapter.update(b, x), structured_forward(sub, x)
-    J_auto = isolated_jacobians(adapter, b, x).double()
+    J_auto = isolated_jacobians(adapter, b, x, mode="rev").double()
     J_desc = structured_sums(sub, x, torch.arange(len(x)), len(x))
     errs = {
         "update": float((F_desc.double() - F_model.double()).abs().max() / F_model.double().abs().max()),
@@ -257,10 +256,10 @@ def autodiff_sums(
     tokens_of=None,
     positions: np.ndarray | None = None,
     keep: np.ndarray | None = None,
-    chunk_size: int = 16,
-    mode: str = "rev",
-    spectral_norm: bool = False,
-    dtype: torch.dtype = torch.float32,
+    chunk_size: int,
+    mode: str,
+    spectral_norm: bool,
+    dtype: torch.dtype,
 ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
     """Σ_{s in g} J_b(s) per group (G, d, d) float64 by autodiff, and the summaries of the samples in keep.
 
@@ -307,10 +306,10 @@ def mean_jacobian(
     prefix: torch.Tensor | None = None,
     *,
     tokens: torch.Tensor | None = None,
-    chunk_size: int = 16,
-    mode: str = "rev",
-    spectral_norm: bool = False,
-    dtype: torch.dtype = torch.float32,
+    chunk_size: int,
+    mode: str,
+    spectral_norm: bool,
+    dtype: torch.dtype,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """J̄_b = mean_s J_b(s) by autodiff over states x (N, d), with prefixes (N, T-1, d) in context (None:
     isolated), and the summaries of every sample (the reference route, one group). tokens are the samples'
@@ -329,10 +328,8 @@ def mean_jacobian(
     return (sums[0] / N).cpu().numpy(), summ
 
 
-def structured_summaries(sub, x: torch.Tensor, *, spectral_norm: bool = False) -> dict[str, np.ndarray]:
+def structured_summaries(sub, x: torch.Tensor, *, spectral_norm: bool) -> dict[str, np.ndarray]:
     """Summaries of the per-sample Jacobians of x (n, d) formed from the description (one group per sample)."""
-    from .structured import PRODUCT_ELEMENTS, structured_sums
-
     d = x.shape[1]
     per = max(1, PRODUCT_ELEMENTS // (4 * d * d))
     parts = []
@@ -350,15 +347,15 @@ def boundary_jacobian(
     n_groups: int,
     *,
     summary_idx: np.ndarray,
-    context: str = "isolated",
-    method: str = "auto",
+    context: str,
+    method: str,
     prefix_of=None,
     tokens_of=None,
     positions: np.ndarray | None = None,
-    chunk_size: int = 16,
-    mode: str = "rev",
-    spectral_norm: bool = False,
-    dtype: torch.dtype = torch.float32,
+    chunk_size: int,
+    mode: str,
+    spectral_norm: bool,
+    dtype: torch.dtype,
     n_check: int = 2,
 ) -> BoundaryJacobian:
     """J̄_b and the group means over sample states x (N, d) with group ids (N,), by the route of
@@ -367,8 +364,6 @@ def boundary_jacobian(
 
     Summaries are computed for the samples summary_idx (formed from the description, or by autodiff).
     """
-    from .structured import structured_sums
-
     b = _parse(b)
     N = x.shape[0]
     if N == 0:

@@ -19,10 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -31,21 +30,16 @@ from ..io import save_npy, write_tsv
 from ..resume import Snapshots, WorkLock, file_id, item_done, job_key, machine_id, mark_done, remove_work, work_dir
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
+from .convergence import convergence_rows
 from .cumulative import VARIANTS, cumulative_rows
+from .linear import spectra_intervals
 from .schur import schur_surgery
-from .spectra import CI_METRICS, eigenvalue_frame, order_columns, rank_tolerance, spectra_row
-
-if TYPE_CHECKING:
-    from .jacobians import JacobianSettings
+from .settings import JacobianSettings
+from .spectra import METRICS, eigenvalue_frame, order_columns, rank_tolerance, spectra_row
 
 log = logging.getLogger("layergeom")
 
 SUMMARY_COLUMNS = ["sample", "window", "position", "x_norm", "fro_norm", "trace", "asymmetry", "spectral_norm"]
-
-
-def read_jacobians(names: list[str], paths: list) -> dict[str, np.ndarray]:
-    """The mean Jacobians J̄_b (float64 d×d .npy files), keyed by boundary in the given (depth) order."""
-    return {n: np.load(p).astype(np.float64, copy=False) for n, p in zip(names, paths)}
 
 
 class BoundaryFiles(Mapping):
@@ -117,7 +111,7 @@ SUFFIXES = ("npy", "groups", "tsv", "json")  # a boundary's files; its marker {b
 
 def weights_id(weights, model) -> dict | str:
     """The weights file's identity (path, size, mtime), or the tensors' hash for a model not read from a file."""
-    from ..models import weights_sha256
+    from ..models import weights_sha256  # imports torch
 
     return weights_sha256(model.state_dict()) if weights is None else file_id(weights)
 
@@ -144,14 +138,140 @@ def _finished(work: Path, name: str, key: str) -> bool:
     return item_done(_marker(work, name), key, [p.name for p in _partial_paths(work, name).values()])
 
 
+def jacobian_settings(settings: JacobianSettings | dict) -> JacobianSettings:
+    """The Jacobian job's settings (from a ``spectra`` section), with the context checked."""
+    cfg = settings if isinstance(settings, JacobianSettings) else JacobianSettings.from_config(settings)
+    if cfg.context not in ("isolated", "in_context"):
+        raise LayergeomError(f"spectra.context: '{cfg.context}' is not one of isolated, in_context")
+    return cfg
+
+
+@dataclass
+class JacobianSamples:
+    """The samples of a Jacobian job, the same at every boundary: store rows, their windows and positions,
+    their groups (and each group's [first, last] window), and the summary subset."""
+
+    samples: str | int  # spectra.samples, resolved
+    rows: np.ndarray  # (N,) sorted store rows
+    windows: np.ndarray  # (N,)
+    positions: np.ndarray  # (N,)
+    groups: np.ndarray  # (N,) group id
+    group_windows: list[list[int]]
+    summary_idx: np.ndarray  # sorted indices of the samples with per-sample summaries
+
+    @classmethod
+    def select(cls, store, cfg: JacobianSettings, seed: int) -> JacobianSamples:
+        from . import jacobians as jac  # imports torch
+
+        samples = jac.resolve_samples(cfg.samples, cfg.context)
+        rows = jac.select_samples(store.n_windows, store.window_tokens, cfg.n_samples, samples, seed)
+        windows, positions = store.index[rows, 0], store.index[rows, 1]
+        groups, group_windows = jac.sample_groups(windows, cfg.n_groups)
+        summary_idx = jac.summary_subset(len(rows), cfg.summary_samples, seed)
+        return cls(samples, rows, windows, positions, groups, group_windows, summary_idx)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_windows)
+
+    @property
+    def n_windows(self) -> int:
+        return int(len(np.unique(self.windows)))
+
+    def tokens_of(self, ids: np.ndarray, context: str) -> Callable:
+        """idx -> the samples' token ids: their own (c,) isolated, their windows' up to them (c, p + 1) in context
+        (``ids``: the store's token column)."""
+        import torch
+
+        def tokens_of(idx):
+            if context == "isolated":
+                return torch.from_numpy(np.ascontiguousarray(ids[self.rows[idx]]))
+            p = int(self.positions[idx[0]])
+            return torch.from_numpy(np.ascontiguousarray(ids[self.rows[idx][:, None] - np.arange(p, -1, -1)[None, :]]))
+
+        return tokens_of
+
+    def prefix_of(self, states: np.ndarray) -> Callable:
+        """idx -> (c, p, d): positions 0 .. p-1 of each sample's window (the samples of idx share p)."""
+        import torch
+
+        def prefix_of(idx):
+            p = int(self.positions[idx[0]])
+            before = self.rows[idx][:, None] - np.arange(p, 0, -1)[None, :]
+            return torch.from_numpy(np.ascontiguousarray(states[before.ravel()]).reshape(len(idx), p, -1))
+
+        return prefix_of
+
+    def meta(self, name: str, res, cfg: JacobianSettings) -> dict:
+        """A boundary's {boundary}.json record."""
+        return {
+            "boundary": name,
+            "n_samples": res.n_samples,
+            "group_counts": [int(c) for c in res.group_counts],
+            "group_windows": self.group_windows,
+            "method": res.method,
+            "context": cfg.context,
+            "samples": self.samples,
+            "dtype": cfg.dtype,
+            "n_windows": self.n_windows,
+            "summary_samples": int(len(self.summary_idx)),
+        }
+
+    def summary_table(self, res) -> pd.DataFrame:
+        """A boundary's per-sample summaries ({boundary}.tsv)."""
+        idx = self.summary_idx
+        table = pd.DataFrame({"sample": idx, "window": self.windows[idx], "position": self.positions[idx],
+                              **res.summaries})  # fmt: skip
+        return table[SUMMARY_COLUMNS]
+
+
+def compute_boundary(adapter, store, name: str, sample: JacobianSamples, cfg: JacobianSettings):
+    """``jacobians.boundary_jacobian`` of one boundary over the job's samples -> ``BoundaryJacobian``."""
+    import torch
+
+    from . import jacobians as jac  # imports torch
+
+    states = store.states(name)
+    x = torch.from_numpy(np.ascontiguousarray(states[sample.rows]))  # (N, d)
+    in_context = cfg.context == "in_context"
+    return jac.boundary_jacobian(
+        adapter, name, x, sample.groups, sample.n_groups, summary_idx=sample.summary_idx, context=cfg.context,
+        method=cfg.method, prefix_of=sample.prefix_of(states) if in_context else None,
+        tokens_of=sample.tokens_of(store.index[:, 2], cfg.context) if adapter.uses_tokens else None,
+        positions=sample.positions, chunk_size=cfg.chunk_size, mode=cfg.autodiff,
+        spectral_norm=cfg.sample_spectral_norm, dtype=jac.DTYPES[cfg.dtype],
+    )  # fmt: skip
+
+
+def keep_boundary(work: Path, name: str, key: str, res, sample: JacobianSamples, cfg: JacobianSettings) -> None:
+    """Write a finished boundary's files into the work folder, then its marker (key, sizes, sha256) last."""
+    part = _partial_paths(work, name)
+    _marker(work, name).unlink(missing_ok=True)  # files of another key are rewritten below
+    save_npy(res.mean, part["npy"])
+    save_npy(res.group_means.astype(np.float32), part["groups"])
+    write_tsv(sample.summary_table(res), part["tsv"])
+    with atomic_path(part["json"]) as tmp:
+        tmp.write_text(json.dumps(sample.meta(name, res, cfg), indent=2) + "\n")
+    mark_done(_marker(work, name), key, [p.name for p in part.values()])
+
+
+def move_into_place(boundaries: list[str], outputs: dict[str, dict[str, str | Path]]) -> None:
+    """Every boundary finished: its files move from the work folder to the declared outputs."""
+    for name in boundaries:
+        part = _partial_paths(work_dir(outputs[name]["npy"]), name)
+        for k in SUFFIXES:
+            Path(outputs[name][k]).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(part[k], outputs[name][k])
+
+
 def boundary_jacobians(
     adapter,
     store,
     boundaries: list[str],
     outputs: dict[str, dict[str, str | Path]],
-    settings: JacobianSettings | dict | None = None,
+    settings: JacobianSettings | dict,
     *,
-    seed: int = 0,
+    seed: int,
     weights=None,
 ) -> dict:
     """Mean Jacobians of several boundaries from an activation store, resumable after a crash.
@@ -164,37 +284,25 @@ def boundary_jacobians(
     every boundary whose key and files match and computes the rest. One instance at a time works in the folder
     (a lock). When all are done the files move into place and the work folder goes. ``weights`` is the weights
     file (None: hash the tensors).
+
+    Named steps: the settings (:func:`jacobian_settings`), the samples (:class:`JacobianSamples`), then per
+    boundary :func:`compute_boundary` and :func:`keep_boundary` unless a finished one is reused, and
+    :func:`move_into_place`.
     Returns name -> ``BoundaryJacobian`` for the boundaries computed in this call (reused ones are not loaded).
     """
     import torch
 
-    from . import jacobians as jac
+    from . import jacobians as jac  # imports torch
 
-    cfg = settings if isinstance(settings, jac.JacobianSettings) else jac.JacobianSettings.from_config(settings or {})
-    if cfg.context not in ("isolated", "in_context"):
-        raise LayergeomError(f"spectra.context: '{cfg.context}' is not one of isolated, in_context")
-    samples = jac.resolve_samples(cfg.samples, cfg.context)
-    torch_dtype = jac.DTYPES[cfg.dtype]
-    if torch_dtype != next(adapter.model.parameters()).dtype:
-        adapter.model.to(torch_dtype)
-    T = store.window_tokens
-    rows = jac.select_samples(store.n_windows, T, cfg.n_samples, samples, seed)  # (N,) sorted store rows
-    windows, positions = store.index[rows, 0], store.index[rows, 1]
-    groups, group_windows = jac.sample_groups(windows, cfg.n_groups)
-    n_groups = len(group_windows)
-    summary_idx = jac.summary_subset(len(rows), cfg.summary_samples, seed)
+    cfg = jacobian_settings(settings)
+    if jac.DTYPES[cfg.dtype] != next(adapter.model.parameters()).dtype:
+        adapter.model.to(jac.DTYPES[cfg.dtype])
+    sample = JacobianSamples.select(store, cfg, seed)
     log.info(
         "%d samples (%s of %d windows), %d groups, summaries on %d; dtype %s, context %s, method %s",
-        len(rows), samples, len(np.unique(windows)), n_groups, len(summary_idx), cfg.dtype, cfg.context, cfg.method,
+        len(sample.rows), sample.samples, sample.n_windows, sample.n_groups, len(sample.summary_idx), cfg.dtype,
+        cfg.context, cfg.method,
     )  # fmt: skip
-    ids = store.index[:, 2]
-
-    def tokens_of(idx):  # the samples' token ids: their own (c,) isolated, their windows' up to them in context
-        if cfg.context == "isolated":
-            return torch.from_numpy(np.ascontiguousarray(ids[rows[idx]]))
-        p = int(positions[idx[0]])
-        return torch.from_numpy(np.ascontiguousarray(ids[rows[idx][:, None] - np.arange(p, -1, -1)[None, :]]))
-
     wid = weights_id(weights, adapter.model)
     machine = machine_id(str(adapter.device), torch_threads=torch.get_num_threads())
     missing = [n for n in boundaries if n not in store.names]
@@ -209,52 +317,13 @@ def boundary_jacobians(
             log.info("%s: reusing the finished result in %s", name, work)
             reused.append(name)
             continue
-        states = store.states(name)
-        x = torch.from_numpy(np.ascontiguousarray(states[rows]))  # (N, d)
-
-        def prefix_of(idx, states=states):  # (c, p, d): positions 0 .. p-1 of each sample's window
-            p = int(positions[idx[0]])
-            before = rows[idx][:, None] - np.arange(p, 0, -1)[None, :]
-            return torch.from_numpy(np.ascontiguousarray(states[before.ravel()]).reshape(len(idx), p, -1))
-
-        res = jac.boundary_jacobian(
-            adapter, name, x, groups, n_groups, summary_idx=summary_idx, context=cfg.context, method=cfg.method,
-            prefix_of=prefix_of if cfg.context == "in_context" else None,
-            tokens_of=tokens_of if adapter.uses_tokens else None, positions=positions,
-            chunk_size=cfg.chunk_size, mode=cfg.autodiff, spectral_norm=cfg.sample_spectral_norm, dtype=torch_dtype,
-        )  # fmt: skip
-        table = pd.DataFrame(
-            {"sample": summary_idx, "window": windows[summary_idx], "position": positions[summary_idx], **res.summaries}
-        )
-        meta = {
-            "boundary": name,
-            "n_samples": res.n_samples,
-            "group_counts": [int(c) for c in res.group_counts],
-            "group_windows": group_windows,
-            "method": res.method,
-            "context": cfg.context,
-            "samples": samples,
-            "dtype": cfg.dtype,
-            "n_windows": int(len(np.unique(windows))),
-            "summary_samples": int(len(summary_idx)),
-        }
-        part = _partial_paths(work, name)
-        _marker(work, name).unlink(missing_ok=True)  # files of another key are rewritten below
-        save_npy(res.mean, part["npy"])
-        save_npy(res.group_means.astype(np.float32), part["groups"])
-        write_tsv(table[SUMMARY_COLUMNS], part["tsv"])
-        with atomic_path(part["json"]) as tmp:
-            tmp.write_text(json.dumps(meta, indent=2) + "\n")
-        mark_done(_marker(work, name), key, [p.name for p in part.values()])
+        res = compute_boundary(adapter, store, name, sample, cfg)
+        keep_boundary(work, name, key, res, sample, cfg)
         log.info("%s: J̄ over %d samples (%s), ‖J̄‖_F = %.4g", name, res.n_samples, res.method, np.linalg.norm(res.mean))
         results[name] = res
     if reused:
         log.info("resumed: %d boundaries reused, %d computed", len(reused), len(results))
-    for name in boundaries:  # all finished: move into place
-        part = _partial_paths(work_dir(outputs[name]["npy"]), name)
-        for k in SUFFIXES:
-            Path(outputs[name][k]).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(part[k], outputs[name][k])
+    move_into_place(boundaries, outputs)
     for work, lock in locks.items():
         remove_work(work, lock=lock)
     return results
@@ -274,8 +343,9 @@ def _replicates(counts: np.ndarray, blocks: int | None, what: str):
     return intervals.replicates(counts, blocks)
 
 
-def snapshots_for(files: BoundaryFiles, out, what: str, settings: dict, every_s: float | None) -> Snapshots | None:
-    """The snapshots of a table job (``layergeom.resume``), keyed by its Jacobian files and settings."""
+def snapshots_for(files: BoundaryFiles, out, what: str, settings: dict, every_s: float | None) -> Snapshots:
+    """The snapshots of a table job (``layergeom.resume``), keyed by its Jacobian files and settings
+    (``resume.NO_SNAPSHOTS`` when ``every_s`` is None)."""
     return Snapshots.for_job(out, what, files.paths(), settings, every_s)
 
 
@@ -284,15 +354,16 @@ def write_spectra(
     out_tsv,
     out_eigenvalues=None,
     *,
-    sr_k: int = 64,
-    dtype: str = "float32",
-    rank_tol: float | None = None,
-    ci_level: float = 0.95,
-    ci_method: str = "linear",
-    ci_blocks: int | None = None,
+    sr_k: int,
+    dtype: str,
+    rank_tol: float | None,
+    ci_level: float,
+    ci_method: str,
+    ci_blocks: int | None,
     snapshot_s: float | None = None,
 ) -> pd.DataFrame:
-    """spectra.tsv (with jackknife intervals over the sample groups) and the eigenvalues, boundary by boundary.
+    """spectra.tsv (with jackknife intervals over the sample groups) and the eigenvalues, boundary by boundary:
+    each boundary's ``spectra_row``, then its intervals (``linear.spectra_intervals``).
 
     ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``).
     """
@@ -304,7 +375,7 @@ def write_spectra(
     settings = {"sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol, "ci_level": ci_level, "ci_method": ci_method,
                 "ci_blocks": ci_blocks, "eigenvalues": out_eigenvalues is not None}  # fmt: skip
     snap = snapshots_for(files, out_tsv, "spectra", settings, snapshot_s)
-    last = snap.load() if snap is not None else None
+    last = snap.load()
     rows, eig = (last["state"]["rows"], last["state"]["eig"]) if last else ([], [])
     done = last["done"] if last else 0
     for i, name in enumerate(progress(files.names, desc="spectra", unit="boundary")):
@@ -312,25 +383,22 @@ def write_spectra(
             continue
         J = files[name]
         tol = rank_tolerance(J.shape[0], dtype, rank_tol)
-        D = None if reps is None else files.deviations(name, J, counts, reps)
-        row, dec = spectra_row(
-            name, J, _n_samples(files, name), sr_k=sr_k, tol=tol, deltas=D,
-            weights=None if reps is None else reps.weights, ci_level=ci_level, ci_method=ci_method,
-        )  # fmt: skip
+        row, dec = spectra_row(name, J, _n_samples(files, name), sr_k=sr_k, tol=tol)
         if reps is None:
-            row |= {f"{m}_ci_{s}": np.nan for m in CI_METRICS for s in ("low", "high")}
+            row |= {f"{m}_ci_{s}": np.nan for m in METRICS for s in ("low", "high")}
+        else:
+            D = files.deviations(name, J, counts, reps)
+            row |= spectra_intervals(J, dec, row, D, reps.weights, tol=tol, ci_level=ci_level, ci_method=ci_method)
         rows.append(row)
         eig.append(eigenvalue_frame(name, dec, tol))
         log.info("%s: rank %d of %d, %d non-zero modes, cond %.4g [%.4g, %.4g]", name, row["numerical_rank"],
                  J.shape[0], row["n_modes"], row["cond"], row["cond_ci_low"], row["cond_ci_high"])  # fmt: skip
-        if snap is not None:
-            snap.save(i + 1, lambda: {"rows": rows, "eig": eig})
+        snap.save(i + 1, lambda: {"rows": rows, "eig": eig})
     table = order_columns(pd.DataFrame(rows))
     write_tsv(table, out_tsv)
     if out_eigenvalues is not None:
         write_tsv(pd.concat(eig, ignore_index=True), out_eigenvalues)
-    if snap is not None:
-        snap.clear()
+    snap.clear()
     return table
 
 
@@ -339,8 +407,8 @@ def write_cumulative(
     out_tsv,
     variants: Iterable[str] = VARIANTS,
     *,
-    ci_level: float = 0.95,
-    ci_blocks: int | None = None,
+    ci_level: float,
+    ci_blocks: int | None,
     snapshot_s: float | None = None,
 ) -> pd.DataFrame:
     """cumulative.tsv: both variants composed in one pass over the boundaries, with jackknife intervals.
@@ -352,7 +420,7 @@ def write_cumulative(
     variants = list(variants)
     settings = {"variants": variants, "ci_level": ci_level, "ci_blocks": ci_blocks}
     snap = snapshots_for(files, out_tsv, "cumulative", settings, snapshot_s)
-    skip = snap.done if snap is not None else 0
+    skip = snap.done
 
     def steps():
         for i, name in enumerate(progress(files.names, desc="cumulative", unit="boundary")):
@@ -368,8 +436,7 @@ def write_cumulative(
         table.insert(4, "erank_ci_low", np.nan)
         table.insert(5, "erank_ci_high", np.nan)
     write_tsv(table, out_tsv)
-    if snap is not None:
-        snap.clear()
+    snap.clear()
     return table
 
 
@@ -393,19 +460,19 @@ def write_schur(
     files: BoundaryFiles,
     out_tsv,
     *,
-    dtype: str = "float32",
-    rank_tol: float | None = None,
-    ci_level: float = 0.95,
-    ci_blocks: int | None = 4,
-    ci_controls: Iterable[str] = ("none",),
+    dtype: str,
+    rank_tol: float | None,
+    ci_level: float,
+    ci_blocks: int,
+    ci_controls: Iterable[str],
     snapshot_s: float | None = None,
     **kwargs,
 ) -> pd.DataFrame:
     """schur.tsv (both cumulative variants) with jackknife intervals over `ci_blocks` blocks of sample groups.
 
     ``ci_blocks`` 0 writes no intervals. ``snapshot_s``: save the products every that many seconds, and resume
-    from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, variants, sr_k, boundary_metrics,
-    orders).
+    from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, sr_k, boundary_metrics, orders,
+    variants).
     """
     d = files[files.names[0]].shape[0]
     tol = rank_tolerance(d, dtype, rank_tol)
@@ -425,14 +492,13 @@ def write_schur(
     table = schur_surgery(files, tol=tol, deviations=devs, weights=weights, ci_level=ci_level,
                           ci_controls=ci_controls, snapshots=snap, **kwargs)  # fmt: skip
     write_tsv(table, out_tsv)
-    if snap is not None:
-        snap.clear()
+    snap.clear()
     return table
 
 
-def convergence_sizes(n_groups: int, sizes: list[int] | None = None) -> list[int]:
-    """Nested numbers of leading groups: `sizes` (capped at G), or 4 sizes from 2 to G spaced geometrically
-    (G = 16: 2, 4, 8, 16; fewer only when G < 5 leaves fewer distinct sizes of at least 2 groups)."""
+def convergence_sizes(n_groups: int, sizes: list[int] | None) -> list[int]:
+    """Nested numbers of leading groups: `sizes` (capped at G), or (None) 4 sizes from 2 to G spaced
+    geometrically (G = 16: 2, 4, 8, 16; fewer only when G < 5 leaves fewer distinct sizes of at least 2 groups)."""
     if sizes:
         return sorted({min(int(s), n_groups) for s in sizes if int(s) >= 2})
     n = min(4, n_groups - 1)
@@ -446,20 +512,18 @@ def write_convergence(
     files: BoundaryFiles,
     out_tsv,
     *,
-    sizes: list[int] | None = None,
-    n_edge: int = 4,
-    sr_k: int = 64,
-    dtype: str = "float32",
-    rank_tol: float | None = None,
-    ci_level: float = 0.95,
+    sizes: list[int] | None,
+    n_edge: int,
+    sr_k: int,
+    dtype: str,
+    rank_tol: float | None,
+    ci_level: float,
     snapshot_s: float | None = None,
 ) -> pd.DataFrame:
     """convergence.tsv: the headline Paper B metrics on the first S groups (nested subsets of the samples).
 
     ``snapshot_s``: save the state every that many seconds, and resume from it (``resume``).
     """
-    from .convergence import convergence_rows
-
     counts = files.counts()
     S = convergence_sizes(len(counts), sizes)
     log.info("convergence over the first %s of %d groups", S, len(counts))
@@ -472,6 +536,5 @@ def write_convergence(
     table = convergence_rows(files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol),
                              ci_level=ci_level, snapshots=snap)  # fmt: skip
     write_tsv(table, out_tsv)
-    if snap is not None:
-        snap.clear()
+    snap.clear()
     return table

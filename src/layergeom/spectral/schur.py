@@ -55,8 +55,11 @@ from scipy.linalg.lapack import ztrexc, ztrsyl
 from scipy.optimize import linear_sum_assignment
 
 from ..linalg import svd
-from .cumulative import VARIANTS, step_operator, tangent_floor
-from .spectra import Decomposition, decompose, nonzero_modes, rank_tolerance, spectral_metrics
+from ..resume import NO_SNAPSHOTS, Snapshots
+from ..runtime import progress
+from .cumulative import VARIANTS, ProductChain, step_operator, tangent_floor
+from .intervals import jackknife_interval
+from .spectra import Decomposition, decompose, nonzero_modes, spectral_metrics
 
 CONTROLS = ("none", "random")
 #: the per-boundary metrics that depend on the eigenvalues alone: J̄'s at every α and for both controls
@@ -80,13 +83,13 @@ class SchurForm:
         return (self.Q * self.lam) @ self.Q.conj().T
 
 
-def schur_form(J: np.ndarray, tol: float | None = None, n_modes: int | None = None) -> SchurForm:
+def schur_form(J: np.ndarray, tol: float, n_modes: int | None = None) -> SchurForm:
     """Complex Schur decomposition J = Q (Λ + N) Qᴴ in complex128, in the canonical order (``canonical_order``).
 
     A real J goes through the real Schur form and scipy.linalg.rsf2csf (a complex Schur form of J, about
     twice as fast as the complex QR iteration that ``schur(output='complex')`` runs on a real input).
     `n_modes` non-zero modes (spectra.tsv's count; default: ``nonzero_modes`` of the Schur eigenvalues with
-    the relative tolerance `tol`, default ``rank_tolerance(d)``) lead, the rest is the zero block.
+    the relative tolerance `tol`, ``spectra.rank_tolerance``) lead, the rest is the zero block.
     """
     J = np.asarray(J)
     real = not np.iscomplexobj(J)
@@ -96,7 +99,7 @@ def schur_form(J: np.ndarray, tol: float | None = None, n_modes: int | None = No
         T, Q = scipy.linalg.schur(J.astype(np.complex128), output="complex")
     lam = np.diag(T)
     if n_modes is None:
-        n_modes = int(nonzero_modes(lam, rank_tolerance(J.shape[0]) if tol is None else tol).sum())
+        n_modes = int(nonzero_modes(lam, tol).sum())
     T, Q = reorder_schur(T, Q, canonical_order(lam, n_modes, real))
     return SchurForm(Q=Q, lam=np.diag(T).copy(), N=np.triu(T, 1), n_nonzero=int(n_modes))
 
@@ -349,125 +352,101 @@ def order_spread(values: list[float]) -> tuple[float, float]:
     return (float(v.min()), float(v.max())) if len(v) and np.isfinite(v).all() else (float("nan"), float("nan"))
 
 
-def schur_surgery(
-    jacobians,
-    *,
-    alphas: Iterable[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
-    seed: int = 0,
-    variants: Iterable[str] = VARIANTS,
-    sr_k: int = 64,
-    tol: float | None = None,
-    boundary_metrics: str = "own",
-    orders: int = 8,
-    deviations=None,
-    weights: np.ndarray | None = None,
-    ci_level: float = 0.95,
-    ci_controls: Iterable[str] = CONTROLS,
-    snapshots=None,
-) -> pd.DataFrame:
-    """schur.tsv: one row per (variant, alpha, control, depth) with erank of the cumulative J(α) product.
+@dataclass
+class SurgeryBoundary:
+    """The operators of one boundary's surgery: J̄ (and its ``spectral_metrics``, as in spectra.tsv), its Schur
+    form in the canonical order, the normal part J₀, the own non-normal part R = J̄ − J₀ (= Q N Qᴴ up to
+    rounding) and the random control R' = Q N' Qᴴ (N' seeded by [seed, boundary index])."""
 
-    ``jacobians`` maps boundary -> J̄_b (depth order; a lazy mapping is read once per boundary).
-    ``deviations`` (optional) maps boundary -> (K, d, d) replicate deviations of J̄_b, with their jackknife
-    ``weights``: then erank_ci_low/high for the controls in ``ci_controls`` (nan for the others).
-    ``orders`` K: erank_order_min/max, the range of the erank over K random orders of the non-zero modes
-    (``OrderSampler``), for the own N at α < 1 (α = 1 is J̄: min = max = erank; the random control's α > 0
-    rows and K = 0: nan). Extra columns: the boundary at that depth, log ‖C_n‖_F, the ‖N‖_F of the boundary
-    and every per-boundary metric of J_b(α), prefixed ``b_`` — for the matrix's own N (boundary_metrics
-    ``own``), for the random control too (``all``) or never (``none``; nan); the eigenvalue-only ones and
-    every one at α = 1 with the own N are ``spectral_metrics`` of J̄, as in spectra.tsv. α = 0 is the same
-    operator for both controls (computed once); α = 1 with the own N is J̄_b itself (composed in real
-    arithmetic, like cumulative.tsv). ``snapshots`` (``layergeom.resume.Snapshots``, optional) resumes after
-    its last snapshot (the boundaries it covers are not read) and saves the products as it goes; each
-    boundary's control N' and random orders are seeded by its depth, so a resumed run draws the same.
-    """
-    from .intervals import ProductChain, jackknife_interval
+    J: np.ndarray
+    eigen: dict
+    form: SchurForm
+    J0: np.ndarray
+    R_own: np.ndarray
+    Nr: np.ndarray
+    R_rand: np.ndarray
 
+    @classmethod
+    def of(cls, J: np.ndarray, *, tol: float, sr_k: int, seed: int, index: int) -> SurgeryBoundary:
+        J = np.asarray(J, dtype=np.float64)
+        d = J.shape[0]
+        eigen = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=decompose(J))  # J̄'s, as in spectra.tsv
+        form = schur_form(J, tol, n_modes=eigen["n_modes"])
+        J0 = form.normal_part  # (d, d)
+        Nr = random_strict_upper(d, float(np.linalg.norm(form.N)), np.random.default_rng([seed, index]))
+        return cls(J=J, eigen=eigen, form=form, J0=J0, R_own=J - J0, Nr=Nr, R_rand=form.Q @ Nr @ form.Q.conj().T)
+
+    def non_normal(self, control: str) -> np.ndarray:
+        """The strictly upper-triangular N of a control: the own N, or the random N'."""
+        return self.form.N if control == "none" else self.Nr
+
+    def operator(self, alpha: float, control: str, D: np.ndarray | None, tan: SchurTangent | None):
+        """(J(α) of the control, its replicates' tangents or None): J̄ itself at α = 1 with the own N (its
+        tangents are D), J₀ + αR with δJ₀(1 − α) + αD, or J₀ + αR' with δR' = Q(W N' − N' W)Qᴴ + (δ‖N‖/‖N‖) R'."""
+        if alpha == 1 and control == "none":
+            return self.J, D
+        if control == "none":
+            return self.J0 + alpha * self.R_own, None if D is None else tan.dJ0 * (1 - alpha) + alpha * D
+        M = self.J0 + alpha * self.R_rand
+        if D is None:
+            return M, None
+        Q64, Nr64 = self.form.Q.astype(np.complex64), self.Nr.astype(np.complex64)
+        rot = np.matmul(np.matmul(Q64, tan.W @ Nr64 - Nr64 @ tan.W), Q64.conj().T)
+        return M, (tan.dJ0 + alpha * (rot + tan.dnorm_rel[:, None, None] * self.R_rand)).astype(np.complex64)
+
+    def boundary_metrics(self, alpha: float, control: str, which: str, *, sr_k: int, tol: float) -> dict | None:
+        """The b_* columns of one (α, control) (None where `which` asks for none): spectra.tsv's row for J̄
+        itself, else ``boundary_metrics_at``."""
+        if alpha == 1 and control == "none" and which != "none":
+            return {f"b_{k}": v for k, v in self.eigen.items()}  # J̄ itself: spectra.tsv's row
+        if which == "all" or (which == "own" and control == "none"):
+            return boundary_metrics_at(self.form, self.non_normal(control), alpha, sr_k, tol, self.eigen)
+        return None
+
+
+class OrderSpread:
+    """The cumulative J(α) products at K random orders of each boundary's non-zero modes (α < 1, every
+    variant): ``step`` composes one boundary and returns (variant, α) -> the erank at each order."""
+
+    def __init__(self, variants: list[str], alphas: list[float], orders: int, seed: int):
+        self.variants, self.alphas, self.orders, self.seed = variants, alphas, int(orders), seed
+        self.chains = {(v, a, k): None for v in variants for a in alphas for k in range(self.orders)}
+
+    def step(self, b: SurgeryBoundary, index: int) -> dict:
+        spread = {(v, a): [] for v in self.variants for a in self.alphas}
+        if not self.chains:
+            return spread
+        sampler = OrderSampler(b.form)
+        d = b.J.shape[0]
+        for k, perm in enumerate(random_orders(sampler.r, self.orders, self.seed, index)):
+            J0k = sampler.normal_part(perm)  # (d, d) one reordering for every α and variant
+            for a in self.alphas:
+                M = J0k if a == 0 else J0k + a * (b.J - J0k)
+                for v in self.variants:
+                    if self.chains[v, a, k] is None:
+                        self.chains[v, a, k] = ProductChain(tangent_floor(d))
+                    spread[v, a].append(self.chains[v, a, k].step(step_operator(M, v))[0])  # singular values only
+        return spread
+
+
+def _chain_states(chains: dict) -> dict:
+    return {k: c and c.state() for k, c in chains.items()}
+
+
+def _chains_from(states: dict) -> dict:
+    return {k: None if c is None else ProductChain.from_state(c) for k, c in states.items()}
+
+
+def _check_surgery(boundary_metrics: str, orders: int) -> None:
     if boundary_metrics not in ("own", "all", "none"):
         raise ValueError(f"boundary_metrics must be own, all or none, not '{boundary_metrics}'")
     if int(orders) < 0:
         raise ValueError(f"the number of random Schur orders must be ≥ 0, not {orders}")
-    names = list(jacobians)
-    alphas = list(dict.fromkeys(float(a) for a in alphas))  # a repeated α would step its chains twice
-    variants = list(variants)
-    ci_controls = set(ci_controls)
-    runs = [(a, c) for c in CONTROLS for a in alphas if not (a == 0 and c == "random")]
-    chains = {(v, a, c): None for v in variants for a, c in runs}
-    spread_alphas = [a for a in alphas if a < 1]  # α = 1 with the own N is J̄: no order
-    ochains = {(v, a, k): None for v in variants for a in spread_alphas for k in range(int(orders))}
-    rows = []
-    last = snapshots.load() if snapshots is not None else None
-    if last is not None:
-        rows = last["state"]["rows"]
-        chains = {k: None if c is None else ProductChain.from_state(c) for k, c in last["state"]["chains"].items()}
-        ochains = {k: None if c is None else ProductChain.from_state(c) for k, c in last["state"]["orders"].items()}
-    for bi, name in enumerate(names):
-        if last is not None and bi < last["done"]:
-            continue
-        J = np.asarray(jacobians[name], dtype=np.float64)
-        d = J.shape[0]
-        tau = rank_tolerance(d) if tol is None else tol
-        eigen = spectral_metrics(J, sr_k=sr_k, tol=tau, dec=decompose(J))  # J̄'s, as in spectra.tsv
-        form = schur_form(J, tau, n_modes=eigen["n_modes"])
-        J0 = form.normal_part  # (d, d)
-        R_own = J - J0  # = Q N Qᴴ up to rounding
-        Nr = random_strict_upper(d, float(np.linalg.norm(form.N)), np.random.default_rng([seed, bi]))
-        R_rand = form.Q @ Nr @ form.Q.conj().T
-        spread = {(v, a): [] for v in variants for a in spread_alphas}
-        if ochains:
-            sampler = OrderSampler(form)
-            for k, perm in enumerate(random_orders(sampler.r, orders, seed, bi)):
-                J0k = sampler.normal_part(perm)  # (d, d) one reordering for every α and variant
-                for a in spread_alphas:
-                    M = J0k if a == 0 else J0k + a * (J - J0k)
-                    for v in variants:
-                        if ochains[v, a, k] is None:
-                            ochains[v, a, k] = ProductChain(tangent_floor(d))
-                        spread[v, a].append(ochains[v, a, k].step(step_operator(M, v))[0])  # singular values only
-        D = None if deviations is None else np.asarray(deviations[name])
-        need = D is not None and any((a != 1 or c != "none") and (c in ci_controls or a == 0) for a, c in runs)
-        tan = schur_tangent(form, J, D, keep_rotation="random" in ci_controls) if need else None
-        for alpha, control in runs:
-            want_ci = D is not None and (control in ci_controls or alpha == 0)
-            if alpha == 1 and control == "none":
-                M, dM = J, (D if want_ci else None)
-            elif control == "none":
-                M = J0 + alpha * R_own
-                dM = (tan.dJ0 * (1 - alpha) + alpha * D) if want_ci else None
-            else:
-                M = J0 + alpha * R_rand
-                if want_ci:  # δR' = Q(W N' − N' W)Qᴴ + (δ‖N‖/‖N‖) R'
-                    Q64, Nr64 = form.Q.astype(np.complex64), Nr.astype(np.complex64)
-                    rot = np.matmul(np.matmul(Q64, tan.W @ Nr64 - Nr64 @ tan.W), Q64.conj().T)
-                    dM = (tan.dJ0 + alpha * (rot + tan.dnorm_rel[:, None, None] * R_rand)).astype(np.complex64)
-                else:
-                    dM = None
-            nrm = form.N if control == "none" else Nr
-            bm = None
-            if alpha == 1 and control == "none" and boundary_metrics != "none":
-                bm = {f"b_{k}": v for k, v in eigen.items()}  # J̄ itself: spectra.tsv's row
-            elif boundary_metrics == "all" or (boundary_metrics == "own" and control == "none"):
-                bm = boundary_metrics_at(form, nrm, alpha, sr_k, tau, eigen)
-            for v in variants:
-                key = (v, alpha, control)
-                if chains[key] is None:
-                    chains[key] = ProductChain(tangent_floor(d))
-                erank, log_norm, reps = chains[key].step(step_operator(M, v), dM)
-                row = {"variant": v, "alpha": alpha, "control": control, "depth": bi + 1, "erank": erank}
-                lo, hi = (np.nan, np.nan)
-                if dM is not None:
-                    lo, hi = jackknife_interval(erank, reps, weights, ci_level, "log")
-                omin, omax = (np.nan, np.nan)
-                if orders and control == "none":
-                    omin, omax = (erank, erank) if alpha == 1 else order_spread(spread[v, alpha])
-                row |= {"erank_ci_low": lo, "erank_ci_high": hi, "erank_order_min": omin, "erank_order_max": omax}
-                row |= {"boundary": name, "log_norm": log_norm, "nonnormal_fro": float(np.linalg.norm(nrm))}
-                if bm is not None:
-                    row |= bm
-                rows.append(row)
-        if snapshots is not None:
-            snapshots.save(bi + 1, lambda: {"rows": rows, "chains": {k: c and c.state() for k, c in chains.items()},
-                                            "orders": {k: c and c.state() for k, c in ochains.items()}})  # fmt: skip
+
+
+def surgery_table(rows: list[dict], variants: list[str]) -> pd.DataFrame:
+    """schur.tsv from the rows composed: α = 0 copied to the random control (one operator), the key columns
+    first, sorted by variant, control, α and depth (rows without per-boundary metrics get nan there)."""
     table = pd.DataFrame(rows)
     zero = table[(table["alpha"] == 0) & (table["control"] == "none")]
     table = pd.concat([table, zero.assign(control="random")], ignore_index=True)  # α = 0: one operator
@@ -481,4 +460,92 @@ def schur_surgery(
         key=lambda s: s.map(vorder) if s.name == "variant" else (s.map(corder) if s.name == "control" else s),
         kind="stable",
     )
-    return table.reset_index(drop=True)  # rows without per-boundary metrics get nan there
+    return table.reset_index(drop=True)
+
+
+def schur_surgery(
+    jacobians,
+    *,
+    alphas: Iterable[float],
+    seed: int,
+    sr_k: int,
+    tol: float,
+    boundary_metrics: str,
+    orders: int,
+    variants: Iterable[str] = VARIANTS,
+    deviations=None,
+    weights: np.ndarray | None = None,
+    ci_level: float,
+    ci_controls: Iterable[str],
+    snapshots: Snapshots = NO_SNAPSHOTS,
+) -> pd.DataFrame:
+    """schur.tsv: one row per (variant, alpha, control, depth) with erank of the cumulative J(α) product.
+
+    ``jacobians`` maps boundary -> J̄_b (depth order; a lazy mapping is read once per boundary).
+    ``deviations`` (optional) maps boundary -> (K, d, d) replicate deviations of J̄_b, with their jackknife
+    ``weights``: then erank_ci_low/high for the controls in ``ci_controls`` (nan for the others).
+    ``orders`` K: erank_order_min/max, the range of the erank over K random orders of the non-zero modes
+    (``OrderSampler``), for the own N at α < 1 (α = 1 is J̄: min = max = erank; the random control's α > 0
+    rows and K = 0: nan). Extra columns: the boundary at that depth, log ‖C_n‖_F, the ‖N‖_F of the boundary
+    and every per-boundary metric of J_b(α), prefixed ``b_`` — for the matrix's own N (boundary_metrics
+    ``own``), for the random control too (``all``) or never (``none``; nan); the eigenvalue-only ones and
+    every one at α = 1 with the own N are ``spectral_metrics`` of J̄, as in spectra.tsv. α = 0 is the same
+    operator for both controls (computed once); α = 1 with the own N is J̄_b itself (composed in real
+    arithmetic, like cumulative.tsv). ``snapshots`` (``layergeom.resume.Snapshots``; default none) resumes
+    after its last snapshot (the boundaries it covers are not read) and saves the products as it goes; each
+    boundary's control N' and random orders are seeded by its depth, so a resumed run draws the same.
+
+    Per boundary, in named steps: its operators (``SurgeryBoundary``), the order spread (``OrderSpread``),
+    the Schur form's tangents (``schur_tangent``, when intervals are asked), then one step of every product
+    chain; the table at the end (``surgery_table``). A progress bar counts the boundaries.
+    """
+    _check_surgery(boundary_metrics, orders)
+    names = list(jacobians)
+    alphas = list(dict.fromkeys(float(a) for a in alphas))  # a repeated α would step its chains twice
+    variants = list(variants)
+    ci_controls = set(ci_controls)
+    runs = [(a, c) for c in CONTROLS for a in alphas if not (a == 0 and c == "random")]
+    chains = {(v, a, c): None for v in variants for a, c in runs}
+    spread_alphas = [a for a in alphas if a < 1]  # α = 1 with the own N is J̄: no order
+    orders_spread = OrderSpread(variants, spread_alphas, orders, seed)
+    rows = []
+    last = snapshots.load()
+    start = 0 if last is None else last["done"]
+    if last is not None:
+        rows = last["state"]["rows"]
+        chains, orders_spread.chains = _chains_from(last["state"]["chains"]), _chains_from(last["state"]["orders"])
+    bar = progress(total=len(names), initial=start, desc="schur", unit="boundary")
+    for bi in range(start, len(names)):
+        name = names[bi]
+        b = SurgeryBoundary.of(jacobians[name], tol=tol, sr_k=sr_k, seed=seed, index=bi)
+        spread = orders_spread.step(b, bi)
+        D = None if deviations is None else np.asarray(deviations[name])
+        need = D is not None and any((a != 1 or c != "none") and (c in ci_controls or a == 0) for a, c in runs)
+        tan = schur_tangent(b.form, b.J, D, keep_rotation="random" in ci_controls) if need else None
+        for alpha, control in runs:
+            want_ci = D is not None and (control in ci_controls or alpha == 0)
+            M, dM = b.operator(alpha, control, D if want_ci else None, tan)
+            bm = b.boundary_metrics(alpha, control, boundary_metrics, sr_k=sr_k, tol=tol)
+            for v in variants:
+                key = (v, alpha, control)
+                if chains[key] is None:
+                    chains[key] = ProductChain(tangent_floor(b.J.shape[0]))
+                erank, log_norm, reps = chains[key].step(step_operator(M, v), dM)
+                row = {"variant": v, "alpha": alpha, "control": control, "depth": bi + 1, "erank": erank}
+                lo, hi = (np.nan, np.nan)
+                if dM is not None:
+                    lo, hi = jackknife_interval(erank, reps, weights, ci_level, "log")
+                omin, omax = (np.nan, np.nan)
+                if orders and control == "none":
+                    omin, omax = (erank, erank) if alpha == 1 else order_spread(spread[v, alpha])
+                row |= {"erank_ci_low": lo, "erank_ci_high": hi, "erank_order_min": omin, "erank_order_max": omax}
+                row |= {"boundary": name, "log_norm": log_norm,
+                        "nonnormal_fro": float(np.linalg.norm(b.non_normal(control)))}  # fmt: skip
+                if bm is not None:
+                    row |= bm
+                rows.append(row)
+        snapshots.save(bi + 1, lambda: {"rows": rows, "chains": _chain_states(chains),
+                                        "orders": _chain_states(orders_spread.chains)})  # fmt: skip
+        bar.update()
+    bar.close()
+    return surgery_table(rows, variants)

@@ -16,9 +16,8 @@ import scipy.linalg
 from ..linalg import svd
 from ..names import parse_boundary
 
+#: the spectra.tsv metrics, each with a confidence interval ({metric}_ci_low, {metric}_ci_high)
 METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "asymmetry", "erank", "part_ratio"]
-#: the spectra.tsv metrics that carry a confidence interval ({metric}_ci_low, {metric}_ci_high)
-CI_METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "asymmetry", "erank", "part_ratio"]
 
 #: machine epsilon of each Jacobian compute dtype (spectra.dtype)
 EPS = {"float32": float(np.finfo(np.float32).eps), "float64": float(np.finfo(np.float64).eps)}
@@ -28,8 +27,8 @@ EPS = {"float32": float(np.finfo(np.float32).eps), "float64": float(np.finfo(np.
 MODE_C = 4.0
 
 
-def rank_tolerance(d: int, dtype: str = "float32", rank_tol: float | None = None) -> float:
-    """Relative numerical-rank threshold τ: σ_i counts as non-zero when σ_i > τ·σ₁ (`rank_tol` if given).
+def rank_tolerance(d: int, dtype: str, rank_tol: float | None) -> float:
+    """Relative numerical-rank threshold τ: σ_i counts as non-zero when σ_i > τ·σ₁ (`rank_tol` unless None).
 
     Derived: τ = d · ε with ε the machine epsilon of the Jacobian compute, floored at float32's: the rule of
     ``numpy.linalg.matrix_rank`` (a d-term inner product in precision ε carries an error up to about d·ε of the
@@ -171,7 +170,7 @@ def frac_expansive(eigvals: np.ndarray, mask: np.ndarray | None = None) -> float
 
 def frac_complex(
     eigvals: np.ndarray,
-    tol: float | None = None,
+    tol: float,
     sigma_max: float | None = None,
     kappa: np.ndarray | None = None,
     mask: np.ndarray | None = None,
@@ -180,12 +179,13 @@ def frac_complex(
 ) -> float:
     """Fraction of complex eigenvalues (``complex_modes``) among those in `mask` (all by default).
 
-    ``tol`` defaults to ``rank_tolerance(d)``, ``sigma_max`` to max|λ| (when only the eigenvalues are known).
+    ``tol`` is the rank tolerance τ (``rank_tolerance``), ``sigma_max`` defaults to max|λ| (when only the
+    eigenvalues are known).
     """
     eigvals = np.asarray(eigvals)
     if not len(eigvals):
         return float("nan")
-    tol = rank_tolerance(len(eigvals)) if tol is None else float(tol)
+    tol = float(tol)
     smax = float(np.max(np.abs(eigvals))) if sigma_max is None else sigma_max
     cplx = complex_modes(eigvals, tol, smax, kappa, eps=eps)
     if mask is not None:
@@ -231,6 +231,22 @@ def effective_rank(s: np.ndarray) -> float:
     return float(np.exp(-np.sum(p * np.log(p))))
 
 
+def entropy_gradient(s: np.ndarray, floor: float) -> tuple[float, np.ndarray]:
+    """H = −Σ p log p (p_i = σ_i/Σσ; erank = exp H) and ∂H/∂σ_i = −(log p_i + H)/Σσ on σ_i > floor·σ₁ (0
+    elsewhere).
+
+    Entropy is not differentiable at σ = 0, and singular values at rounding level carry no signal: they are
+    held fixed.
+    """
+    S = float(np.sum(s))
+    p = s / S
+    keep = s > floor * s[0]
+    H = float(-np.sum(p[p > 0] * np.log(p[p > 0])))
+    grad = np.zeros_like(s)
+    grad[keep] = -(np.log(p[keep]) + H) / S
+    return H, grad
+
+
 def participation_ratio(s: np.ndarray) -> float:
     """Participation ratio (Σσ_i²)² / Σσ_i⁴ of the singular-value energies (eigenvalues of JᴴJ)."""
     e = np.asarray(s, dtype=np.float64) ** 2
@@ -241,14 +257,14 @@ def participation_ratio(s: np.ndarray) -> float:
 def spectral_metrics(
     J: np.ndarray,
     *,
-    sr_k: int = 64,
-    tol: float | None = None,
+    sr_k: int,
+    tol: float,
     dec: Decomposition | None = None,
     eps: float | None = None,
 ) -> dict[str, float]:
     """Every METHODS §2.3 metric of one matrix (from its decomposition, computed unless given), plus extras.
 
-    τ = `tol` (default: ``rank_tolerance(d)``) sets the numerical rank r = #{σ_i > τσ₁} and the numerically
+    τ = `tol` (``rank_tolerance``) sets the numerical rank r = #{σ_i > τσ₁} and the numerically
     non-zero eigenvalues (``mode_flags``: the r largest |λ_i|); cond = σ₁/σ_r and the complex and
     expansive fractions count over those modes (``cond_full``, ``frac_complex_d``, ``frac_expansive_d``: the
     same over all d, σ₁/σ_d and counts / d). A complex eigenvalue is one with |Im λ| beyond its precision
@@ -256,7 +272,7 @@ def spectral_metrics(
     """
     dec = decompose(J) if dec is None else dec
     d = J.shape[0]
-    tol = rank_tolerance(d) if tol is None else float(tol)
+    tol = float(tol)
     rho = np.abs(dec.eigvals)
     nz, cplx, r = mode_flags(dec, tol, eps)
     k = sr_dimension(sr_k, r)
@@ -290,69 +306,26 @@ def spectral_metrics(
 
 
 def spectra_row(
-    name: str,
-    J: np.ndarray,
-    n_samples: int,
-    *,
-    sr_k: int = 64,
-    tol: float | None = None,
-    deltas: np.ndarray | None = None,
-    weights: np.ndarray | None = None,
-    ci_level: float = 0.95,
-    ci_method: str = "linear",
-    dec: Decomposition | None = None,
+    name: str, J: np.ndarray, n_samples: int, *, sr_k: int, tol: float, dec: Decomposition | None = None
 ) -> tuple[dict, Decomposition]:
-    """One spectra.tsv row: boundary, layer, kind, n_samples, the metrics and (given the replicates'
-    deviations Δ_k (K, d, d) and weights) ``{metric}_ci_low``/``_ci_high`` for every CI metric."""
-    from .intervals import metric_interval, metric_replicates
-
+    """One spectra.tsv row without its intervals: boundary, layer, kind, n_samples and the metrics, and the
+    decomposition (with eigenvectors: the intervals' ``linear.spectra_intervals`` reuses it)."""
     layer, kind = parse_boundary(name)
     J = np.asarray(J, dtype=np.float64)
-    tol = rank_tolerance(J.shape[0]) if tol is None else float(tol)
     dec = decompose(J) if dec is None else dec
-    m = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=dec)
-    row = {"boundary": name, "layer": layer, "kind": kind, "n_samples": int(n_samples), **m}
-    if deltas is not None:
-        # the replicates measure the same statistic: SR over the point estimate's k' = min(k, r)
-        reps = metric_replicates(J, deltas, tol=tol, sr_k=m["sr_k"], dec=dec, method=ci_method)
-        for metric in CI_METRICS:
-            lo, hi = metric_interval(metric, m[metric], reps[metric], weights, ci_level)
-            row[f"{metric}_ci_low"], row[f"{metric}_ci_high"] = lo, hi
-        row["ci_replicates"] = len(deltas)
-    return row, dec
+    m = spectral_metrics(J, sr_k=sr_k, tol=float(tol), dec=dec)
+    return {"boundary": name, "layer": layer, "kind": kind, "n_samples": int(n_samples), **m}, dec
 
 
 def order_columns(table: pd.DataFrame) -> pd.DataFrame:
     """spectra.tsv column order: keys, numerical rank, the metrics, their intervals, then the extras."""
     first = ["boundary", "layer", "kind", "n_samples", "numerical_rank", *METRICS]
-    cis = [f"{m}_ci_{s}" for m in CI_METRICS for s in ("low", "high") if f"{m}_ci_{s}" in table]
+    cis = [f"{m}_ci_{s}" for m in METRICS for s in ("low", "high") if f"{m}_ci_{s}" in table]
     rest = [c for c in table.columns if c not in first and c not in cis]
     return table[first + cis + rest]
 
 
-def spectra_table(
-    jacobians,
-    n_samples: dict[str, int],
-    *,
-    sr_k: int = 64,
-    tol: float | None = None,
-    decompositions: dict | None = None,
-) -> pd.DataFrame:
-    """spectra.tsv (without intervals): one row per boundary (in the given depth order) with its metrics.
-
-    ``decompositions``, when given, collects each boundary's decomposition.
-    """
-    rows = []
-    for name, J in jacobians.items():
-        dec = None if decompositions is None else decompositions.get(name)
-        row, dec = spectra_row(name, J, n_samples[name], sr_k=sr_k, tol=tol, dec=dec)
-        if decompositions is not None:
-            decompositions[name] = dec
-        rows.append(row)
-    return order_columns(pd.DataFrame(rows))
-
-
-def eigenvalue_frame(name: str, item, tol: float | None = None) -> pd.DataFrame:
+def eigenvalue_frame(name: str, item, tol: float) -> pd.DataFrame:
     """The eigenvalues of one J̄_b by decreasing |λ| (boundary, index, real, imag, abs; from a Decomposition
     also ``nonzero`` and ``complex``, the mode flags of the spectra table, with threshold `tol`)."""
     lam = item.eigvals if isinstance(item, Decomposition) else np.asarray(item)
@@ -360,13 +333,7 @@ def eigenvalue_frame(name: str, item, tol: float | None = None) -> pd.DataFrame:
     cols = {"boundary": name, "index": np.arange(len(lam)), "real": lam.real[order], "imag": lam.imag[order]}
     cols["abs"] = np.abs(lam)[order]
     if isinstance(item, Decomposition):
-        tol = rank_tolerance(len(lam)) if tol is None else float(tol)
-        nz, cplx, _ = mode_flags(item, tol)
+        nz, cplx, _ = mode_flags(item, float(tol))
         cols["nonzero"] = nz[order]
         cols["complex"] = cplx[order]
     return pd.DataFrame(cols)
-
-
-def eigenvalue_table(eigenvalues: dict, tol: float | None = None) -> pd.DataFrame:
-    """Long table of the eigenvalues of each J̄_b for the complex-plane figure (``eigenvalue_frame`` each)."""
-    return pd.concat([eigenvalue_frame(n, item, tol) for n, item in eigenvalues.items()], ignore_index=True)

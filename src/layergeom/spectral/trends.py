@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..io import read_tsv, write_tsv
 from ..runtime import LayergeomError
 
 #: the metrics of the spectral-gradient figure, each with the scale its trend is taken on
@@ -111,14 +112,12 @@ def trend_row(part: pd.DataFrame, metric: str, n_layers: int, *, level: float, r
 
 def write_trends(spectra_path, out_tsv, *, level: float, seed: int) -> pd.DataFrame:
     """Rule entry point: trends.tsv from one checkpoint's spectra.tsv."""
-    from ..io import read_tsv, write_tsv
-
     table = trends_table(read_tsv(spectra_path), level=level, seed=seed)
     write_tsv(table, out_tsv)
     return table
 
 
-def trends_table(spectra: pd.DataFrame, *, level: float = 0.95, seed: int = 0, n_boot: int = N_BOOT) -> pd.DataFrame:
+def trends_table(spectra: pd.DataFrame, *, level: float, seed: int, n_boot: int = N_BOOT) -> pd.DataFrame:
     """trends.tsv of one checkpoint: one row per (kind, metric) in kind order of the table, docs/outputs.md."""
     missing = [c for c in ("layer", "kind") if c not in spectra]
     if missing or not len(spectra):

@@ -14,6 +14,7 @@ import logging
 import numpy as np
 import torch
 
+from ..resume import NO_SNAPSHOTS, Snapshots
 from ..runtime import progress
 
 log = logging.getLogger("layergeom")
@@ -74,7 +75,7 @@ def patched_kl(
     positions: np.ndarray,
     patches: dict[int, np.ndarray],
     max_rows: int = 256,
-    snapshots=None,
+    snapshots: Snapshots = NO_SNAPSHOTS,
 ) -> dict[int, np.ndarray]:
     """KL at every anchor for every patched state, reusing one clean pass per window.
 
@@ -83,7 +84,7 @@ def patched_kl(
     per map class). Returns layer -> KL (n_variants, m) float64. Consecutive windows are resumed together
     (``adapter.stack_runs``): one ``adapter.resume`` call per (chunk of windows, layer) covers all their
     anchors and variants, at most ``max_rows`` rows unless a single window has more. ``snapshots``
-    (``layergeom.resume.Snapshots``, optional) resumes after its last snapshot (the KL of the chunks of
+    (``layergeom.resume.Snapshots``; default none) resumes after its last snapshot (the KL of the chunks of
     windows done) and saves as it goes; each chunk's KL depends on that chunk only.
     """
     device = adapter.device
@@ -94,7 +95,7 @@ def patched_kl(
     n_var = n_var.pop() if n_var else 1
     groups = _by_window(np.asarray(windows))
     chunks = _chunks(groups, n_var, max_rows)
-    last = snapshots.load() if snapshots is not None else None
+    last = snapshots.load()
     done = 0 if last is None else last["done"]
     if last is not None:
         out = last["state"]
@@ -122,8 +123,7 @@ def patched_kl(
             kl = kl_against(clean, p, logits.view(len(idx), n_var, -1))  # (mc, n_var)
             out[l][:, idx] = kl.T.cpu().numpy()
         bar.update(len(chunk))
-        if snapshots is not None:
-            snapshots.save(ci + 1, lambda: out)
+        snapshots.save(ci + 1, lambda: out)
     bar.close()
     return out
 

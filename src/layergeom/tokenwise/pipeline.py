@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from ..io import read_tsv, write_tsv
-from ..resume import Snapshots
+from ..resume import NO_SNAPSHOTS, Snapshots
 from ..runtime import LayergeomError, atomic_path
 from ..store import ActivationStore
 
@@ -180,7 +180,7 @@ def kl_checkpoint(
     device: str = "cpu",
     slow: bool = False,
     batch_rows: int = 256,
-    snapshots=None,
+    snapshots: Snapshots = NO_SNAPSHOTS,
 ):
     """KL of every patched state of every layer; one clean pass per window. Returns a DataFrame.
 
@@ -246,8 +246,7 @@ def run_kl_checkpoint(
     snap = Snapshots.for_job(out, "tokenwise_kl", [model_dir, activations, *patch_files], settings, snapshot_s)
     table = kl_checkpoint(model_dir, activations, patch_files, device=device, batch_rows=batch_rows, snapshots=snap)
     write_tsv(table, out)
-    if snap is not None:
-        snap.clear()
+    snap.clear()
 
 
 # ---- rule tokenwise_summary ---------------------------------------------------------------------------
