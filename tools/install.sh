@@ -22,8 +22,14 @@ fi
 rm -f "$stamp"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check)
+# the locked pip and setuptools first: with --no-build-isolation they build any sdist of the lock (connection-pool
+# has no wheel), where build isolation would fetch a setuptools that no hash checks
+boot=$(mktemp)
+trap 'rm -f "$boot"' EXIT
+.venv/bin/python tools/lock.py pins pip setuptools > "$boot"
+"${pip[@]}" install --quiet --require-hashes --no-deps -r "$boot"
 # --no-deps: the locks are complete (accelerate needs torch, which comes next); pip check below confirms it
-"${pip[@]}" install --quiet --require-hashes --no-deps -r requirements/lock.txt
+"${pip[@]}" install --quiet --require-hashes --no-deps --no-build-isolation -r requirements/lock.txt
 targs=$(.venv/bin/python tools/lock.py torch-args "$TORCH")  # -r FILE [--extra-index-url URL]
 # shellcheck disable=SC2086  # words
 "${pip[@]}" install --quiet --require-hashes --no-deps $targs

@@ -2,6 +2,7 @@
 
     python tools/lock.py compile [--torch-cpu-wheel WHEEL ...]   # needs uv and PyPI: rewrites requirements/, envs/
     python tools/lock.py envs                                    # offline: rewrites envs/*.yaml from requirements/
+    python tools/lock.py pins NAME...                            # install.sh: lock.txt's lines of these packages
     python tools/lock.py torch-args cpu|cuda                     # install.sh: pip arguments of the torch step
     python tools/lock.py check-installed cpu|cuda [--extras]     # install.sh: this interpreter's packages = the lock
 
@@ -100,7 +101,7 @@ def parse_lock(text: str) -> list[Entry]:
         s = raw.strip()
         if s.startswith("#"):
             if entries and s.lstrip("# ").strip() and s != "# via":
-                v = s[1:].strip().removeprefix("via").strip()
+                v = re.sub(r"^via\b", "", s[1:].strip()).strip()
                 if v:
                     entries[-1].via.append(v)
             continue
@@ -385,6 +386,9 @@ def main() -> None:
     c.add_argument("--uv", default="uv")
     c.add_argument("--torch-cpu-wheel", type=Path, nargs="*", default=[])
     sub.add_parser("envs", help="rewrite envs/*.yaml from requirements/ (offline)")
+    sub.add_parser("pins", help="lock.txt's lines of these packages (install.sh: the installer first)").add_argument(
+        "names", nargs="+"
+    )
     for name in ("torch-args", "check-installed", "extras"):
         sub.add_parser(name).add_argument("flavour")
     a = ap.parse_args()
@@ -394,6 +398,10 @@ def main() -> None:
         write_envs()
     elif a.cmd == "torch-args":
         print(" ".join(torch_args(a.flavour)))
+    elif a.cmd == "pins":
+        entries = [e for e in read(LOCK) if e.name in {canon(n) for n in a.names}]
+        assert {e.name for e in entries} == {canon(n) for n in a.names}, "not all of them are in lock.txt"
+        print("".join(e.line() + "\n" for e in entries), end="")
     elif a.cmd == "extras":
         for name in extras(a.flavour):
             print(name)
