@@ -46,7 +46,7 @@ missing = [m for m in ("torch", "transformers", "snakemake", "yaml", "jsonschema
            if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"gpu_check: {sys.executable} lacks {', '.join(missing)}: install the project first "
-             "(bash tools/install.sh with LAYERGEOM_TORCH set to a CUDA wheel) or set PYTHON")
+             "(LAYERGEOM_TORCH=cuda bash tools/install.sh) or set PYTHON")
 import torch
 if device == "cuda" and not torch.cuda.is_available():
     sys.exit(f"gpu_check: torch {torch.__version__} (CUDA build: {torch.version.cuda}) sees no CUDA device")
