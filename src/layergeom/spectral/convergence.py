@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..runtime import progress
 from . import intervals
 from .cumulative import VARIANTS, step_operator, tangent_floor
 from .spectra import decompose, spectral_metrics
@@ -57,6 +58,8 @@ def convergence_rows(
     done = 0 if restored is None else restored["done"]
     if restored is not None:
         rows = restored["state"]["rows"]
+    total = len(sizes) * nb
+    bar = progress(total=total, initial=min(done, total), desc="convergence", unit="step")  # step: (size, boundary)
     for si, S in enumerate(sizes):
         if (si + 1) * nb <= done:  # this size's rows are in the snapshot
             continue
@@ -94,6 +97,7 @@ def convergence_rows(
                 snapshots.save(
                     si * nb + i + 1, lambda s=state: {**s, "chains": {v: c.state() for v, c in s["chains"].items()}}
                 )
+            bar.update(1)
         n = int(sub_counts.sum())
 
         def add(metric, value, reps_values, scale, boundaries, weights=reps.weights, n=n, S=S):
@@ -112,5 +116,6 @@ def convergence_rows(
             add(f"cumulative_erank_{v}", erank, reps_values, "log", f"{names[0]}..{names[-1]}", preps.weights)
         if snapshots is not None:
             snapshots.save((si + 1) * nb, lambda: {"rows": rows})
+    bar.close()
     cols = ["metric", "n_samples", "value", "ci_low", "ci_high", "n_groups", "boundaries"]
     return pd.DataFrame(rows, columns=cols)
