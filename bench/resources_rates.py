@@ -173,6 +173,13 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--child", nargs=4)
     ap.add_argument("--refit", action="store_true", help="recompute the rates from the result file's timings")
+    ap.add_argument(
+        "--topology-tokens",
+        type=int,
+        nargs="*",
+        default=[],
+        help="with --refit: also time the graph job at these token counts (at d = 512, 1024) first",
+    )
     a = ap.parse_args()
     if a.child:
         return child(a.child[0], a.child[1], int(a.child[2]), int(a.child[3]))
@@ -181,6 +188,15 @@ def main():
         out = json.loads(path.read_text())
         for r in out["timings"]["topology_graph"]:
             r.setdefault("tokens", out["settings"]["tokens"])
+        from bench_topology import synthetic_states
+
+        for d in (512, 1024) if a.topology_tokens else ():
+            for n in a.topology_tokens:
+                with tempfile.TemporaryDirectory() as tmp:
+                    synthetic_states(Path(tmp) / "states.npy", n, d)
+                    r = run_child("topology_graph", Path(tmp), 1) | {"d": d, "boundaries": 1, "tokens": n}
+                print("topology_graph", json.dumps(r), flush=True)
+                out["timings"]["topology_graph"].append(r)
         out["rates"] = fit_rates(out["timings"], sorted({r["d"] for r in out["timings"]["spectra_table"]}))
         path.write_text(json.dumps(out, indent=1) + "\n")
         return print(json.dumps(out["rates"], indent=1))

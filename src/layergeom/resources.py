@@ -101,13 +101,13 @@ FIGURE_MINUTES = 15
 #: thread on the shared 2-core development machine (bench/results/resources_rates.json, "rates"): a node with
 #: more threads and less load is faster, so these are upper bounds.
 RATES = {
-    "spectra_table": (0.0, 0.0),
-    "spectra_cumulative": (0.0, 0.0),
-    "spectra_schur": (0.0, 0.0),
-    "convergence_plain": (0.0, 0.0),
-    "convergence_edge": (0.0, 0.0),
-    "topology_graph": (0.0, 0.0),
-    "coupling_perm_d": 0.0,
+    "spectra_table": (9.59e-06, 0.0),
+    "spectra_cumulative": (4.22e-06, 1.52e-09),
+    "spectra_schur": (0.000172, 0.0),
+    "convergence_plain": (6.62e-07, 0.0),
+    "convergence_edge": (5.39e-06, 0.0),
+    "topology_graph": (0.00179, 1.02e-11),
+    "coupling_perm_d": 5.62e-08,
 }
 
 
