@@ -110,6 +110,8 @@ def test_schur_state_at_d4096():
         small, large = (R.spectra_mem_mb(stage, d, 16, {}, 64) for d in (576, 4096))
         assert R.MIN_MB <= small < large
         assert R.spectra_runtime_min(stage, 576, 64) < R.spectra_runtime_min(stage, 4096, 64)
+        # fewer boundaries per job (a later spectra.boundaries_per_job): less time, the same memory per boundary
+        assert R.spectra_runtime_min(stage, 4096, 16) < R.spectra_runtime_min(stage, 4096, 64)
     assert R.spectra_mem_mb("spectra_schur", None, 16) == R.MIN_MB
 
 
@@ -186,4 +188,4 @@ def test_d4096_schur_job_asks_for_more_than_its_state(papers_jobs):
         assert int(res["runtime"]) > 60  # hours of products at d = 4096
     # a model whose width the dry run cannot read (not cached, not downloaded): the floor
     olmo = [res for r, w, res in papers_jobs if r == "spectra_schur" and w.get("model") == "olmo-3-7b"]
-    assert olmo and all(int(res["mem_mb"]) == R.MIN_MB for res in olmo)
+    assert olmo and all(int(res["mem_mb"]) == R.MIN_MB and int(res["runtime"]) == R.UNKNOWN_MINUTES for res in olmo)

@@ -6,6 +6,10 @@ by ``bench/materialize_memory.py`` (``bench/results/materialize_memory.md``, doc
 weights in the target dtype above a baseline of torch and transformers, whatever the source dtype (files in
 the target dtype already are memory-mapped, not copied). The job asks for 1.3× plus 2.5 GB, counted from the
 safetensors headers of the files it reads (no tensor is loaded).
+
+The spectral tables (``spectra_table``, ``_cumulative``, ``_schur``, ``_convergence``) and the topology jobs ask for
+the memory their arrays hold at the peak, counted from the code in bytes per d², and for the runtime of their
+boundaries at rates measured by ``bench/resources_rates.py`` (section below; docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -86,11 +90,14 @@ def materialize_request_mb(folders: Iterable, dtype: str = "float32") -> int:
 
 #: every estimate below is multiplied by this (allocator slack, BLAS/LAPACK workspaces not counted term by term)
 SAFETY = 1.25
-#: the interpreter with numpy, scipy, pandas and the layergeom modules the job imports (MB; measured ~150-200)
+#: the interpreter with numpy, scipy, pandas and the layergeom modules the job imports (MB; the bench measures
+#: ~200 MB after the imports, and a Snakemake script job adds its own objects)
 BASE_MB = 400
-#: what a spectral/topology job asks at least (MB) and at least how long (minutes)
+#: what a spectral/topology job asks at least (MB) and at least how long (minutes); UNKNOWN_MINUTES when d is
+#: not known yet (a dry run of a hub model whose config.json is neither downloaded nor cached)
 MIN_MB = 2000
 MIN_MINUTES = 10
+UNKNOWN_MINUTES = 60
 #: the figure and trend jobs: small tables and one matplotlib figure
 FIGURE_MB = 2000
 FIGURE_MINUTES = 15
@@ -237,9 +244,9 @@ def spectra_runtime_min(stage: str, d: int | None, n_boundaries: int, n_groups: 
                         spectra: dict | None = None) -> int:  # fmt: skip
     """runtime (minutes) of a spectral table job over `n_boundaries` boundaries: RATES per boundary (Schur:
     × its products relative to the default grid; convergence: per subset size, every boundary's products and
-    the edge boundaries' decompositions), × SAFETY, at least MIN_MINUTES (d unknown: 60 min)."""
+    the edge boundaries' decompositions), × SAFETY, at least MIN_MINUTES (d unknown: UNKNOWN_MINUTES)."""
     if not d:
-        return 60
+        return UNKNOWN_MINUTES
     s = spectra or {}
     if stage == "spectra_convergence":
         n_sizes, n_edge = convergence_counts(n_groups, n_boundaries, s)
@@ -273,7 +280,7 @@ def topology_graph_mem_mb(d: int | None, n_tokens: int, chunk_tokens: int = 4096
 def topology_graph_runtime_min(d: int | None, n_tokens: int, n_boundaries: int) -> int:
     """Per boundary c1·d (the Leiden passes) + c_t·tokens·d² (the streamed correlation), RATES["topology_graph"]."""
     if not d:
-        return 60
+        return UNKNOWN_MINUTES
     c1, ct = RATES["topology_graph"]
     return _minutes((c1 * float(d) + ct * float(n_tokens) * float(d) ** 2) * n_boundaries)
 
@@ -289,7 +296,7 @@ def coupling_runtime_min(d: int | None, n_boundaries: int, n_permutations: int, 
     """Permutation tests: 3 amplifications per boundary (and one per swept γ), each `n_permutations` rank
     correlations of d units (an upper bound: the tests stop early once p is clearly above q)."""
     if not d:
-        return 60
+        return UNKNOWN_MINUTES
     return _minutes(RATES["coupling_perm_d"] * float(d) * n_permutations * n_boundaries * (3 + n_sweep))
 
 
