@@ -529,3 +529,134 @@ def get_final_output(wildcards=None):
     for fn in FINAL_OUTPUTS:
         out += fn()
     return out
+
+
+# ---- resources of the spectral tables and the topology jobs (layergeom.resources, docs/cluster.md) -------
+# Sized from d (d_model), G (spectra.n_groups) and the boundaries a job loops over; read from the job's inputs
+# once they exist (the .npy headers, the store's store.json: what the job really reads), else from the model's
+# config where it is readable at DAG time (hf_config, a local config.json, GGUF metadata, the download rule's
+# or the Hugging Face cache's config.json); with no width at hand the floor (a dry run of an uncached hub
+# model). Memory and runtime double on each retry (attempt).
+import math
+
+from layergeom.modelinfo import configured_source
+from layergeom.resources import (
+    FIGURE_MB,
+    FIGURE_MINUTES,
+    config_width,
+    coupling_mem_mb,
+    coupling_runtime_min,
+    npy_shape,
+    spectra_mem_mb,
+    spectra_runtime_min,
+    store_meta,
+    topology_graph_mem_mb,
+    topology_graph_runtime_min,
+)
+
+_WIDTHS = {}
+
+
+def model_width(model):
+    """d_model from the model's config where readable without a download, else None (cached per model)."""
+    if model not in _WIDTHS:
+        try:
+            cfg, _ = configured_source(model, model_cfg(model))
+        except LayergeomError:
+            cfg = None
+        _WIDTHS[model] = config_width(cfg) if cfg else None
+    return _WIDTHS[model]
+
+
+def spectra_sizes(model, input, n_boundaries=None):
+    """(d, G, boundaries per job) of a spectral table job: from its Jacobian files' headers when they exist.
+    `n_boundaries`: the boundaries one job loops over (default: all of the model's)."""
+    npy, groups = getattr(input, "npy", []), getattr(input, "groups", [])
+    j = npy_shape(npy[0]) if len(npy) else None
+    g = npy_shape(groups[0]) if len(groups) else None
+    d = j[0] if j else model_width(model)
+    n_groups = g[0] if g else section(model, "spectra")["n_groups"]
+    return d, n_groups, n_boundaries or len(boundaries(model))
+
+
+def spectra_memory(stage):
+    """mem_mb of a spectral table rule (spectra_table, _cumulative, _schur, _convergence) for this try."""
+
+    def mem(wildcards, input, attempt):
+        d, n_groups, nb = spectra_sizes(wildcards.model, input)
+        spectra = section(wildcards.model, "spectra")
+        return spectra_mem_mb(stage, d, n_groups, spectra, nb) * attempt
+
+    return mem
+
+
+def spectra_runtime(stage):
+    """runtime (minutes) of a spectral table rule for this try."""
+
+    def minutes(wildcards, input, attempt):
+        d, n_groups, nb = spectra_sizes(wildcards.model, input)
+        spectra = section(wildcards.model, "spectra")
+        return spectra_runtime_min(stage, d, nb, n_groups, spectra) * attempt
+
+    return minutes
+
+
+def topology_sizes(model, input):
+    """(d, tokens per boundary) of a graph job: from the store's store.json once it exists, else the config."""
+    store = getattr(input, "activations", None)
+    meta = store_meta(store) if store else None
+    if meta:
+        return int(meta["d_model"]), int(meta["n_windows"]) * int(meta["window_tokens"])
+    c = config["corpus"]
+    return model_width(model), int(c["n_windows"]) * int(c["window_tokens"])
+
+
+def topology_graph_memory(model):
+    """mem_mb of a model's graph job for this try."""
+
+    def mem(wildcards, input, attempt):
+        d, tokens = topology_sizes(model, input)
+        t = section(model, "topology")
+        return topology_graph_mem_mb(d, tokens, t["chunk_tokens"], t["top_k"]) * attempt
+
+    return mem
+
+
+def topology_graph_runtime(model):
+    """runtime (minutes) of a model's graph job for this try."""
+
+    def minutes(wildcards, input, attempt):
+        d, tokens = topology_sizes(model, input)
+        return topology_graph_runtime_min(d, tokens, len(boundaries(model))) * attempt
+
+    return minutes
+
+
+def coupling_sizes(model, input):
+    """(d, boundaries, permutations per test, swept γ) of a coupling job (as layergeom.topology.coupling counts)."""
+    jacobians = getattr(input, "jacobians", [])
+    j = npy_shape(jacobians[0]) if len(jacobians) else None
+    t = section(model, "topology")
+    nb = len(boundaries(model))
+    n_perm = t["n_permutations"] or max(1000, math.ceil(4 * nb / t["fdr_q"]))
+    d = j[0] if j else model_width(model)
+    return d, nb, int(n_perm), len(t["resolution_sweep"])
+
+
+def coupling_memory(wildcards, input, attempt):
+    d, nb, _, n_sweep = coupling_sizes(wildcards.model, input)
+    return coupling_mem_mb(d, nb, n_sweep) * attempt
+
+
+def coupling_runtime(wildcards, input, attempt):
+    d, nb, n_perm, n_sweep = coupling_sizes(wildcards.model, input)
+    return coupling_runtime_min(d, nb, n_perm, n_sweep) * attempt
+
+
+def figure_memory(wildcards, attempt):
+    """The trend, figure and significance jobs: small tables and one figure."""
+    return FIGURE_MB * attempt
+
+
+def figure_runtime(wildcards, attempt):
+    return FIGURE_MINUTES * attempt

@@ -55,6 +55,9 @@ rule spectra_table:
     conda:
         torch_env()
     threads: job_threads()
+    resources:
+        mem_mb=spectra_memory("spectra_table"),
+        runtime=spectra_runtime("spectra_table"),
     params:
         boundaries=lambda wc: boundaries(wc.model),
         spectra=lambda wc: section(wc.model, "spectra"),
@@ -74,6 +77,9 @@ rule spectra_cumulative:
     conda:
         torch_env()
     threads: job_threads()
+    resources:
+        mem_mb=spectra_memory("spectra_cumulative"),
+        runtime=spectra_runtime("spectra_cumulative"),
     params:
         boundaries=lambda wc: boundaries(wc.model),
         spectra=lambda wc: section(wc.model, "spectra"),
@@ -93,6 +99,9 @@ rule spectra_schur:
     conda:
         torch_env()
     threads: job_threads()
+    resources:
+        mem_mb=spectra_memory("spectra_schur"),
+        runtime=spectra_runtime("spectra_schur"),
     params:
         boundaries=lambda wc: boundaries(wc.model),
         spectra=lambda wc: section(wc.model, "spectra"),
@@ -114,6 +123,9 @@ rule spectra_convergence:
     conda:
         torch_env()
     threads: job_threads()
+    resources:
+        mem_mb=spectra_memory("spectra_convergence"),
+        runtime=spectra_runtime("spectra_convergence"),
     params:
         boundaries=lambda wc: boundaries(wc.model),
         spectra=lambda wc: section(wc.model, "spectra"),
@@ -133,6 +145,9 @@ rule spectra_trends:
         "benchmarks/spectra_trends/{model}/{checkpoint}.tsv"
     conda:
         "../envs/plots.yaml"
+    resources:
+        mem_mb=figure_memory,
+        runtime=figure_runtime,
     params:
         spectra=lambda wc: section(wc.model, "spectra"),
         seed=config["seed"],
@@ -179,6 +194,9 @@ for _fig, (_table, _title) in SPECTRA_FIGURES.items():
             f"benchmarks/spectra_figure_{_fig}/{{model}}.tsv"
         conda:
             "../envs/plots.yaml"
+        resources:
+            mem_mb=figure_memory,
+            runtime=figure_runtime,
         params:
             figure=_fig,
             settings=lambda wc: spectra_figure_settings(wc.model),

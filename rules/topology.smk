@@ -31,7 +31,8 @@ for _m in MODELS:
             "../envs/graphs.yaml"
         threads: job_threads()
         resources:
-            mem_mb=by_attempt(4000),
+            mem_mb=topology_graph_memory(_m),
+            runtime=topology_graph_runtime(_m),
         params:
             boundaries=boundaries(_m),
             topology=section(_m, "topology"),
@@ -58,7 +59,8 @@ rule topology_coupling:
         "../envs/graphs.yaml"
     threads: job_threads()
     resources:
-        mem_mb=by_attempt(4000),
+        mem_mb=coupling_memory,
+        runtime=coupling_runtime,
     params:
         boundaries=lambda wc: boundaries(wc.model),
         topology=lambda wc: section(wc.model, "topology"),
@@ -91,6 +93,9 @@ rule topology_graph_figure:
         "benchmarks/topology_graph_figure/{model}/{checkpoint}/{boundary}.tsv"
     conda:
         "../envs/graphs.yaml"
+    resources:
+        mem_mb=figure_memory,
+        runtime=figure_runtime,
     params:
         label=lambda wc: model_cfg(wc.model).get("label", wc.model),
         seed=config["seed"],
@@ -118,6 +123,9 @@ rule topology_coupling_figure:
         "benchmarks/topology_coupling_figure/{model}.tsv"
     conda:
         "../envs/graphs.yaml"
+    resources:
+        mem_mb=figure_memory,
+        runtime=figure_runtime,
     params:
         checkpoints=lambda wc: checkpoints(wc.model),
         label=lambda wc: model_cfg(wc.model).get("label", wc.model),
@@ -143,6 +151,9 @@ rule coupling_significant_layers:
         "benchmarks/coupling_significant_layers/all.tsv"
     conda:
         "../envs/graphs.yaml"
+    resources:
+        mem_mb=figure_memory,
+        runtime=figure_runtime,
     params:
         runs=[[m, c] for m in MODELS for c in checkpoints(m)],
     script:

@@ -6,6 +6,10 @@ by ``bench/materialize_memory.py`` (``bench/results/materialize_memory.md``, doc
 weights in the target dtype above a baseline of torch and transformers, whatever the source dtype (files in
 the target dtype already are memory-mapped, not copied). The job asks for 1.3× plus 2.5 GB, counted from the
 safetensors headers of the files it reads (no tensor is loaded).
+
+The spectral tables (``spectra_table``, ``_cumulative``, ``_schur``, ``_convergence``) and the topology jobs ask for
+the memory their arrays hold at the peak, counted from the code in bytes per d², and for the runtime of their
+boundaries at rates measured by ``bench/resources_rates.py`` (section below; docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -73,3 +77,231 @@ def materialize_request_mb(folders: Iterable, dtype: str = "float32") -> int:
     n = checkpoint_elements(folders)
     b = pickle_weight_bytes(folders)
     return materialize_mem_mb(n + b // 2, dtype, extra_mb=b / 1e6)
+
+
+# ---- the spectral tables and the topology jobs --------------------------------------------------------------
+# Memory: the arrays each job holds at its peak, counted from the code (layergeom.spectral.*, layergeom.topology.*)
+# in bytes per d² (d = d_model, one boundary at a time: the tables stream the boundaries in depth order), plus a
+# baseline of the interpreter with numpy, scipy and pandas, times a safety factor, at least a floor. Runtime: the
+# seconds per boundary measured by bench/resources_rates.py (bench/results/resources_rates.json) at d = 256, 512
+# and 768 on the 2-core development machine, fitted as c2·d² + c3·d³ (the LAPACK calls and d×d products the jobs
+# spend their time in grow as d³), times the number of boundaries, times a safety factor, at least a floor. Both double on a retry
+# (``attempt``, rules/common.smk).
+
+#: every estimate below is multiplied by this (allocator slack, BLAS/LAPACK workspaces not counted term by term)
+SAFETY = 1.25
+#: the interpreter with numpy, scipy, pandas and the layergeom modules the job imports (MB; the bench measures
+#: ~200 MB after the imports, and a Snakemake script job adds its own objects)
+BASE_MB = 400
+#: what a spectral/topology job asks at least (MB) and at least how long (minutes); UNKNOWN_MINUTES when d is
+#: not known yet (a dry run of a hub model whose config.json is neither downloaded nor cached)
+MIN_MB = 2000
+MIN_MINUTES = 10
+UNKNOWN_MINUTES = 60
+#: the figure and trend jobs: small tables and one matplotlib figure
+FIGURE_MB = 2000
+FIGURE_MINUTES = 15
+
+#: seconds per boundary of each stage at its default settings as (c2, c3): c2·d² + c3·d³, fitted over d = 256,
+#: 512, 768 (convergence: per boundary and subset size, and the extra of an edge boundary); a graph's seconds as
+#: (c1, c_t): c1·d + c_t·tokens·d² (Leiden, the streamed correlation); a permutation test's per permutation·unit. Measured by bench/resources_rates.py with one BLAS
+#: thread on the shared 2-core development machine (bench/results/resources_rates.json, "rates"): a node with
+#: more threads and less load is faster, so these are upper bounds.
+RATES = {
+    "spectra_table": (9.59e-06, 0.0),
+    "spectra_cumulative": (4.22e-06, 1.52e-09),
+    "spectra_schur": (0.000172, 0.0),
+    "convergence_plain": (6.62e-07, 0.0),
+    "convergence_edge": (5.39e-06, 0.0),
+    "topology_graph": (0.00179, 1.02e-11),
+    "coupling_perm_d": 5.62e-08,
+}
+
+
+def boundary_seconds(stage: str, d: int) -> float:
+    """Seconds of one boundary of a spectral stage at width d (RATES: c2·d² + c3·d³)."""
+    c2, c3 = RATES[stage]
+    return c2 * float(d) ** 2 + c3 * float(d) ** 3
+
+
+def npy_shape(path) -> tuple[int, ...] | None:
+    """The shape in a ``.npy`` file's header (no data read, no numpy import); None for a missing file."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":
+                return None
+            major = f.read(2)[0]
+            n = struct.unpack("<H" if major == 1 else "<I", f.read(2 if major == 1 else 4))[0]
+            import ast
+
+            return tuple(int(s) for s in ast.literal_eval(f.read(n).decode("latin1"))["shape"])
+    except (OSError, ValueError, SyntaxError, KeyError, IndexError):
+        return None
+
+
+def store_meta(store_dir) -> dict | None:
+    """An activation store's store.json (d_model, n_windows, window_tokens), or None when it is not there yet."""
+    try:
+        return json.loads((Path(store_dir) / "store.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _mb(bytes_: float, base_mb: float = BASE_MB) -> int:
+    return int(max(MIN_MB, -(-(SAFETY * (bytes_ / 1e6 + base_mb)) // 1)))
+
+
+def _minutes(seconds: float) -> int:
+    return int(max(MIN_MINUTES, -(-(SAFETY * seconds / 60.0) // 1)))
+
+
+def schur_chains(alphas=(0.0, 0.25, 0.5, 0.75, 1.0), orders: int = 8, ci_blocks: int = 4, ci_controls=("none",),
+                 variants: int = 2) -> dict:  # fmt: skip
+    """What ``schur_surgery`` composes, per cumulative variant: real and complex products C, their float32 and
+    complex64 tangents (K = ci_blocks each), and the products of the random orders (complex, no tangents)."""
+    alphas = sorted({float(a) for a in alphas})
+    runs = [(a, c) for c in ("none", "random") for a in alphas if not (a == 0 and c == "random")]
+    real = [r for r in runs if r == (1.0, "none")]  # α = 1, own N: J̄ itself, composed in real arithmetic
+    K = int(ci_blocks) if ci_blocks else 0
+    tangents = [(a, c) for a, c in runs if K and (c in set(ci_controls) or a == 0)]
+    return {
+        "real": variants * len(real),
+        "complex": variants * (len(runs) - len(real)),
+        "real_tangents": variants * K * sum(1 for r in tangents if r == (1.0, "none")),
+        "complex_tangents": variants * K * sum(1 for r in tangents if r != (1.0, "none")),
+        "orders": variants * int(orders) * sum(1 for a in alphas if a < 1),
+    }
+
+
+def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict | None = None, n_boundaries: int = 1) -> float:
+    """Peak bytes a spectral table job holds besides the interpreter, counted from the code (d² terms).
+
+    Common to all: the boundary's group means (G, d, d) float32, memory-mapped (their pages count in the RSS
+    once read) and J̄_b in float64. ``spectra`` is the model's spectra section (defaults where absent).
+    """
+    s = spectra or {}
+    d2, G = float(d) * d, int(n_groups)
+    blocks = s.get("ci_blocks")
+    K = G if blocks is None else min(int(blocks), G)
+    common = 4 * G + 8  # group means (mapped) + J̄
+    decomposition = 32 + 16  # left/right eigenvectors (complex128) + U, Vh of the SVD
+    if stage == "spectra_table":
+        # Δ_k float32; the linearised replicates (LinearSpectra: U, V float32, eigenvectors in float32 and
+        # complex128 ≈ 28) and one replicate's temporaries (ΔV, J + Δ, Δx, the r'×r' block, eigvals(J+Δ) ≈ 60);
+        # LAPACK's eig holds real and complex vectors at once (+16)
+        per_d2 = common + 4 * K + decomposition + 16 + 28 + 60
+        return per_d2 * d2 + 100.0 * d * n_boundaries  # + the eigenvalue rows kept for eigenvalues.tsv
+    if stage == "spectra_cumulative":
+        # two variants' products C (float64) and K float32 tangents; a step: this and the previous boundary's
+        # Δ (the generator's), the new tangents Δ·C + M·Ċ (three K-stacks while the old ones live), the SVD of
+        # C with its gradient Γ (≈ 40) and I + J̄
+        per_d2 = common + 2 * 4 * K + 2 * (8 + 4 * K) + 3 * 4 * K + 40 + 8
+        return per_d2 * d2
+    if stage == "spectra_schur":
+        ch = schur_chains(s.get("alphas", (0.0, 0.25, 0.5, 0.75, 1.0)), s.get("schur_orders", 8),
+                          s.get("schur_ci_blocks", 4), s.get("schur_ci_controls", ("none",)))  # fmt: skip
+        Ks = int(s.get("schur_ci_blocks", 4) or 0)
+        Ks = min(Ks, G) if Ks else 0
+        state = 8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
+        state += 16 * ch["orders"]
+        # one boundary: J̄'s decomposition (dropped after its metrics), the Schur form Q, T, N, J₀, J − J₀, N', Q N' Qᴴ
+        # and the order sampler's J₀ parts (≈ 10 complex), one reordering J₀^π and its M (2), Δ_k, the tangent
+        # δJ₀ (and the rotations W for a random control with intervals), dM and the chain step's three
+        # complex64 K-stacks, the complex SVD of C or of Λ + αN (U, Vh, workspace ≈ 4 complex)
+        rot = 8 * Ks if "random" in set(s.get("schur_ci_controls", ("none",))) else 0
+        boundary = 8 + 16 * 10 + 16 * 2 + 4 * Ks + 8 * Ks + rot + 2 * 8 * Ks + 3 * 8 * Ks + 16 * 4
+        return (4 * G + state + boundary) * d2
+    if stage == "spectra_convergence":
+        # at S = G groups: the subset's group means (mapped) and their float64 mean, Δ (K = S) and the products'
+        # block deviations (4 blocks), two variants' products with 4 tangents each, an edge boundary's
+        # decomposition and linearised replicates (as spectra_table), a chain step's temporaries
+        per_d2 = common + 4 * G + 4 * 4 + 2 * (8 + 4 * 4) + decomposition + 16 + 28 + 60 + 3 * 4 * 4
+        return per_d2 * d2
+    raise ValueError(f"no memory model for '{stage}'")
+
+
+def spectra_mem_mb(stage: str, d: int | None, n_groups: int, spectra: dict | None = None, n_boundaries: int = 1) -> int:
+    """mem_mb of a spectral table job (MB): :func:`spectra_bytes` + BASE_MB, × SAFETY, at least MIN_MB (d unknown:
+    MIN_MB)."""
+    if not d:
+        return MIN_MB
+    return _mb(spectra_bytes(stage, int(d), n_groups, spectra, n_boundaries))
+
+
+def convergence_counts(n_groups: int, n_boundaries: int, spectra: dict | None = None) -> tuple[int, int]:
+    """(subset sizes, boundaries whose metrics are recomputed per size) of the convergence job."""
+    s = spectra or {}
+    sizes = s.get("convergence_sizes")
+    if sizes:
+        n_sizes = len({min(int(v), n_groups) for v in sizes if int(v) >= 2})
+    else:
+        n_sizes = min(4, max(n_groups - 1, 0))
+    n_edge = max(1, min(int(s.get("convergence_boundaries", 4)), n_boundaries))
+    return n_sizes, min(n_boundaries, 2 * n_edge + 1)
+
+
+def spectra_runtime_min(stage: str, d: int | None, n_boundaries: int, n_groups: int = 16,
+                        spectra: dict | None = None) -> int:  # fmt: skip
+    """runtime (minutes) of a spectral table job over `n_boundaries` boundaries: RATES per boundary (Schur:
+    × its products relative to the default grid; convergence: per subset size, every boundary's products and
+    the edge boundaries' decompositions), × SAFETY, at least MIN_MINUTES (d unknown: UNKNOWN_MINUTES)."""
+    if not d:
+        return UNKNOWN_MINUTES
+    s = spectra or {}
+    if stage == "spectra_convergence":
+        n_sizes, n_edge = convergence_counts(n_groups, n_boundaries, s)
+        per_size = n_boundaries * boundary_seconds("convergence_plain", d) + n_edge * boundary_seconds(
+            "convergence_edge", d
+        )
+        return _minutes(n_sizes * per_size)
+    rate = boundary_seconds(stage, d)
+    if stage == "spectra_schur":
+        ch = schur_chains(s.get("alphas", (0.0, 0.25, 0.5, 0.75, 1.0)), s.get("schur_orders", 8),
+                          s.get("schur_ci_blocks", 4), s.get("schur_ci_controls", ("none",)))  # fmt: skip
+        default = schur_chains()
+        rate *= max(1.0, (ch["complex"] + ch["orders"]) / (default["complex"] + default["orders"]))
+    return _minutes(rate * n_boundaries)
+
+
+def topology_graph_bytes(d: int, n_tokens: int, chunk_tokens: int = 4096, top_k: int = 20) -> float:
+    """Peak bytes of one boundary's graph: the boundary's float32 states (memory-mapped, their pages count once
+    read), a float64 chunk with its masked copy and centred copy, the cross-products, the correlation and its
+    scaling temporary, then |r| and its negation, the partner indices and the boolean adjacency (and transpose)."""
+    d2 = float(d) * d
+    return 4.0 * n_tokens * d + 3 * 8.0 * chunk_tokens * d + (8 * 3 + 8 * 2 + 3) * d2 + 8.0 * d * top_k
+
+
+def topology_graph_mem_mb(d: int | None, n_tokens: int, chunk_tokens: int = 4096, top_k: int = 20) -> int:
+    if not d:
+        return MIN_MB
+    return _mb(topology_graph_bytes(int(d), int(n_tokens), int(chunk_tokens), int(top_k)))
+
+
+def topology_graph_runtime_min(d: int | None, n_tokens: int, n_boundaries: int) -> int:
+    """Per boundary c1·d (the Leiden passes) + c_t·tokens·d² (the streamed correlation), RATES["topology_graph"]."""
+    if not d:
+        return UNKNOWN_MINUTES
+    c1, ct = RATES["topology_graph"]
+    return _minutes((c1 * float(d) + ct * float(n_tokens) * float(d) ** 2) * n_boundaries)
+
+
+def coupling_mem_mb(d: int | None, n_boundaries: int, n_sweep: int = 0) -> int:
+    """One J̄_b (float64) and I + J̄_b at a time, and every boundary's node and sweep tables (~100 B per row)."""
+    if not d:
+        return MIN_MB
+    return _mb(2 * 8.0 * d * d + 100.0 * d * n_boundaries * (2 + n_sweep))
+
+
+def coupling_runtime_min(d: int | None, n_boundaries: int, n_permutations: int, n_sweep: int = 0) -> int:
+    """Permutation tests: 3 amplifications per boundary (and one per swept γ), each `n_permutations` rank
+    correlations of d units (an upper bound: the tests stop early once p is clearly above q)."""
+    if not d:
+        return UNKNOWN_MINUTES
+    return _minutes(RATES["coupling_perm_d"] * float(d) * n_permutations * n_boundaries * (3 + n_sweep))
+
+
+def config_width(cfg: dict | None) -> int | None:
+    """d_model of a config.json dict (its text config for a multimodal wrapper), or None."""
+    from .modelinfo import _WIDTH_KEYS, _first
+
+    return _first(cfg, _WIDTH_KEYS) if cfg else None

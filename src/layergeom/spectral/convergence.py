@@ -63,7 +63,8 @@ def convergence_rows(
     done = 0 if restored is None else restored["done"]
     if restored is not None:
         rows = restored["state"]["rows"]
-    bar = progress(total=len(sizes) * nb, initial=done, desc="convergence", unit="step")
+    total = len(sizes) * nb
+    bar = progress(total=total, initial=min(done, total), desc="convergence", unit="step")  # step: (size, boundary)
     for si, S in enumerate(sizes):
         if (si + 1) * nb <= done:  # this size's rows are in the snapshot
             continue

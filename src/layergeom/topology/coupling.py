@@ -18,7 +18,7 @@ import pandas as pd
 from scipy import stats
 
 from ..names import parse_boundary
-from ..runtime import LayergeomError
+from ..runtime import LayergeomError, progress
 
 log = logging.getLogger("layergeom")
 
@@ -128,7 +128,8 @@ def coupling_rows(
     ``stop_above`` (the FDR level q) stops a test early once its p is clearly above q (``spearman_permutation``).
     """
     rows = []
-    for bi, (b, p) in enumerate(participations.items()):
+    items = progress(participations.items(), total=len(participations), desc="coupling", unit="boundary")
+    for bi, (b, p) in enumerate(items):
         J = np.asarray(jacobians[b])
         if J.shape != (len(p), len(p)):
             raise LayergeomError(f"{b}: Jacobian shape {J.shape} does not match the graph's {len(p)} nodes")
