@@ -203,8 +203,10 @@ def main():
     import numpy as np
     from bench_topology import synthetic_states
 
+    from layergeom import config as lgconfig
     from layergeom import resources as R
 
+    spectra = {k: v["default"] for k, v in lgconfig.load_schema("spectra")["properties"].items() if "default" in v}
     out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "numpy": np.__version__,
                        "load_start": os.getloadavg()},
            "settings": {"n_groups": N_GROUPS, "group_counts": COUNTS, "boundaries": a.boundaries,
@@ -231,8 +233,8 @@ def main():
                     out["timings"].setdefault(stage, []).append(r)
                 if mem and stage != "coupling" and not (stage == "spectra_convergence" and n_edge == 1):
                     if stage.startswith("spectra"):
-                        pred = R.spectra_bytes(stage, d, N_GROUPS, {}, n) / 1e6
-                        req = R.spectra_mem_mb(stage, d, N_GROUPS, {}, n)
+                        pred = R.spectra_bytes(stage, d, N_GROUPS, spectra, n) / 1e6
+                        req = R.spectra_mem_mb(stage, d, N_GROUPS, spectra, n)
                     else:
                         pred = R.topology_graph_bytes(d, a.tokens) / 1e6
                         req = R.topology_graph_mem_mb(d, a.tokens)

@@ -15,6 +15,8 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "src"))
 
+from schema_defaults import SEED, SPECTRA, tol  # noqa: E402
+
 from layergeom import resources as R  # noqa: E402
 
 PAPERS = ROOT / "config" / "papers.yaml"
@@ -69,21 +71,22 @@ def test_schur_state_model_counts_what_schur_surgery_holds(settings):
     exactly the d² terms of ``schur_chains`` in ``spectra_bytes``."""
     from layergeom.spectral.schur import schur_surgery
 
-    d, K = 10, int(settings.get("schur_ci_blocks", 4))
+    full = SPECTRA | settings
+    d, K = 10, int(full["schur_ci_blocks"])
     mats, devs, _ = checkpoint(d, 2, max(K, 1))
-    alphas = settings.get("alphas", (0.0, 0.25, 0.5, 0.75, 1.0))
     snap = Capture()
     schur_surgery(
-        mats, alphas=alphas, orders=settings.get("schur_orders", 8), deviations=devs if K else None,
-        weights=np.full(K, 1 / K) if K else None, ci_controls=settings.get("schur_ci_controls", ("none",)),
-        snapshots=snap,
+        mats, alphas=full["alphas"], orders=full["schur_orders"], deviations=devs if K else None,
+        weights=np.full(K, 1 / K) if K else None, ci_controls=full["schur_ci_controls"],
+        snapshots=snap, seed=SEED, sr_k=SPECTRA["sr_k"], tol=tol(d),
+        boundary_metrics=SPECTRA["schur_boundary_metrics"], ci_level=SPECTRA["ci_level"],
     )  # fmt: skip
     held = array_bytes({k: snap.states[-1][k] for k in ("chains", "orders")})
-    ch = R.schur_chains(alphas, settings.get("schur_orders", 8), K, settings.get("schur_ci_controls", ("none",)))
+    ch = R.schur_settings_chains(full)
     model = 8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
     model += 16 * ch["orders"]
     assert held == model * d * d
-    assert R.spectra_bytes("spectra_schur", d, 16, settings) > held  # the state is part of the peak
+    assert R.spectra_bytes("spectra_schur", d, 16, full) > held  # the state is part of the peak
 
 
 def test_cumulative_state_model_counts_what_cumulative_rows_holds():
@@ -92,7 +95,12 @@ def test_cumulative_state_model_counts_what_cumulative_rows_holds():
     d, G = 9, 5
     mats, devs, _ = checkpoint(d, 3, G)
     snap = Capture()
-    cumulative_rows(((n, J, devs[n]) for n, J in mats.items()), weights=np.full(G, 1 / G), snapshots=snap)
+    cumulative_rows(
+        ((n, J, devs[n]) for n, J in mats.items()),
+        weights=np.full(G, 1 / G),
+        ci_level=SPECTRA["ci_level"],
+        snapshots=snap,
+    )
     held = array_bytes(snap.states[-1]["chains"])
     assert held == 2 * (8 + 4 * G) * d * d  # the term 2·(8 + 4K) of spectra_bytes("spectra_cumulative")
 
@@ -100,19 +108,19 @@ def test_cumulative_state_model_counts_what_cumulative_rows_holds():
 def test_schur_state_at_d4096():
     """At d = 4096 with the schema's defaults the Schur state alone is 1584·d² bytes (26.6 GB), above the 9.6 GB
     the issue quotes; the job asks for more than it, and every stage's request grows with d."""
-    ch = R.schur_chains()
+    ch = R.schur_settings_chains(SPECTRA)
     state = (8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]) + 16 * ch[
         "orders"
     ]
     assert state == 2 * (8 + 8 * 16) + 2 * 4 * (4 + 4 * 8) + 2 * 4 * 8 * 16  # counted by hand from schur_surgery
-    assert R.spectra_mem_mb("spectra_schur", 4096, 16, {}, 64) > state * 4096**2 / 1e6 > 9600
+    assert R.spectra_mem_mb("spectra_schur", 4096, 16, SPECTRA, 64) > state * 4096**2 / 1e6 > 9600
     for stage in ("spectra_table", "spectra_cumulative", "spectra_schur", "spectra_convergence"):
-        small, large = (R.spectra_mem_mb(stage, d, 16, {}, 64) for d in (576, 4096))
+        small, large = (R.spectra_mem_mb(stage, d, 16, SPECTRA, 64) for d in (576, 4096))
         assert R.MIN_MB <= small < large
-        assert R.spectra_runtime_min(stage, 576, 64) < R.spectra_runtime_min(stage, 4096, 64)
+        assert R.spectra_runtime_min(stage, 576, 64, 16, SPECTRA) < R.spectra_runtime_min(stage, 4096, 64, 16, SPECTRA)
         # fewer boundaries per job (a later spectra.boundaries_per_job): less time, the same memory per boundary
-        assert R.spectra_runtime_min(stage, 4096, 16) < R.spectra_runtime_min(stage, 4096, 64)
-    assert R.spectra_mem_mb("spectra_schur", None, 16) == R.MIN_MB
+        assert R.spectra_runtime_min(stage, 4096, 16, 16, SPECTRA) < R.spectra_runtime_min(stage, 4096, 64, 16, SPECTRA)
+    assert R.spectra_mem_mb("spectra_schur", None, 16, SPECTRA) == R.MIN_MB
 
 
 def test_npy_shape_reads_the_header(tmp_path):
@@ -180,7 +188,7 @@ def test_every_spectra_and_topology_job_declares_memory_and_runtime(papers_jobs)
 def test_d4096_schur_job_asks_for_more_than_its_state(papers_jobs):
     schur = [res for r, w, res in papers_jobs if r == "spectra_schur" and w.get("model") == "llama-3.1-8b"]
     assert schur
-    ch = R.schur_chains()
+    ch = R.schur_settings_chains(SPECTRA)
     state_mb = (8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
                 + 16 * ch["orders"]) * 4096**2 / 1e6  # fmt: skip
     for res in schur:

@@ -118,6 +118,16 @@ RATES = {
 }
 
 
+#: the Schur settings RATES["spectra_schur"] was measured at (bench/resources_rates.py); a grid with more products
+#: scales the rate by their count
+RATES_SCHUR_GRID = {"alphas": (0.0, 0.25, 0.5, 0.75, 1.0), "orders": 8, "ci_blocks": 4, "ci_controls": ("none",)}
+
+
+def schur_settings_chains(s: dict) -> dict:
+    """:func:`schur_chains` of a spectra section."""
+    return schur_chains(s["alphas"], s["schur_orders"], s["schur_ci_blocks"], s["schur_ci_controls"])
+
+
 def boundary_seconds(stage: str, d: int) -> float:
     """Seconds of one boundary of a spectral stage at width d (RATES: c2·d² + c3·d³)."""
     c2, c3 = RATES[stage]
@@ -155,8 +165,7 @@ def _minutes(seconds: float) -> int:
     return int(max(MIN_MINUTES, -(-(SAFETY * seconds / 60.0) // 1)))
 
 
-def schur_chains(alphas=(0.0, 0.25, 0.5, 0.75, 1.0), orders: int = 8, ci_blocks: int = 4, ci_controls=("none",),
-                 variants: int = 2) -> dict:  # fmt: skip
+def schur_chains(alphas, orders: int, ci_blocks: int, ci_controls, variants: int = 2) -> dict:
     """What ``schur_surgery`` composes, per cumulative variant: real and complex products C, their float32 and
     complex64 tangents (K = ci_blocks each), and the products of the random orders (complex, no tangents)."""
     alphas = sorted({float(a) for a in alphas})
@@ -173,15 +182,16 @@ def schur_chains(alphas=(0.0, 0.25, 0.5, 0.75, 1.0), orders: int = 8, ci_blocks:
     }
 
 
-def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict | None = None, n_boundaries: int = 1) -> float:
+def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict, n_boundaries: int = 1) -> float:
     """Peak bytes a spectral table job holds besides the interpreter, counted from the code (d² terms).
 
     Common to all: the boundary's group means (G, d, d) float32, memory-mapped (their pages count in the RSS
-    once read) and J̄_b in float64. ``spectra`` is the model's spectra section (defaults where absent).
+    once read) and J̄_b in float64. ``spectra`` is the model's merged spectra section (every key set: the
+    schema's defaults are filled in by validation).
     """
-    s = spectra or {}
+    s = spectra
     d2, G = float(d) * d, int(n_groups)
-    blocks = s.get("ci_blocks")
+    blocks = s["ci_blocks"]
     K = G if blocks is None else min(int(blocks), G)
     common = 4 * G + 8  # group means (mapped) + J̄
     decomposition = 32 + 16  # left/right eigenvectors (complex128) + U, Vh of the SVD
@@ -198,9 +208,8 @@ def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict | None = None
         per_d2 = common + 2 * 4 * K + 2 * (8 + 4 * K) + 3 * 4 * K + 40 + 8
         return per_d2 * d2
     if stage == "spectra_schur":
-        ch = schur_chains(s.get("alphas", (0.0, 0.25, 0.5, 0.75, 1.0)), s.get("schur_orders", 8),
-                          s.get("schur_ci_blocks", 4), s.get("schur_ci_controls", ("none",)))  # fmt: skip
-        Ks = int(s.get("schur_ci_blocks", 4) or 0)
+        ch = schur_settings_chains(s)
+        Ks = int(s["schur_ci_blocks"] or 0)
         Ks = min(Ks, G) if Ks else 0
         state = 8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
         state += 16 * ch["orders"]
@@ -208,7 +217,7 @@ def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict | None = None
         # and the order sampler's J₀ parts (≈ 10 complex), one reordering J₀^π and its M (2), Δ_k, the tangent
         # δJ₀ (and the rotations W for a random control with intervals), dM and the chain step's three
         # complex64 K-stacks, the complex SVD of C or of Λ + αN (U, Vh, workspace ≈ 4 complex)
-        rot = 8 * Ks if "random" in set(s.get("schur_ci_controls", ("none",))) else 0
+        rot = 8 * Ks if "random" in set(s["schur_ci_controls"]) else 0
         boundary = 8 + 16 * 10 + 16 * 2 + 4 * Ks + 8 * Ks + rot + 2 * 8 * Ks + 3 * 8 * Ks + 16 * 4
         return (4 * G + state + boundary) * d2
     if stage == "spectra_convergence":
@@ -220,7 +229,7 @@ def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict | None = None
     raise ValueError(f"no memory model for '{stage}'")
 
 
-def spectra_mem_mb(stage: str, d: int | None, n_groups: int, spectra: dict | None = None, n_boundaries: int = 1) -> int:
+def spectra_mem_mb(stage: str, d: int | None, n_groups: int, spectra: dict, n_boundaries: int = 1) -> int:
     """mem_mb of a spectral table job (MB): :func:`spectra_bytes` + BASE_MB, × SAFETY, at least MIN_MB (d unknown:
     MIN_MB)."""
     if not d:
@@ -228,26 +237,25 @@ def spectra_mem_mb(stage: str, d: int | None, n_groups: int, spectra: dict | Non
     return _mb(spectra_bytes(stage, int(d), n_groups, spectra, n_boundaries))
 
 
-def convergence_counts(n_groups: int, n_boundaries: int, spectra: dict | None = None) -> tuple[int, int]:
+def convergence_counts(n_groups: int, n_boundaries: int, spectra: dict) -> tuple[int, int]:
     """(subset sizes, boundaries whose metrics are recomputed per size) of the convergence job."""
-    s = spectra or {}
-    sizes = s.get("convergence_sizes")
+    s = spectra
+    sizes = s["convergence_sizes"]
     if sizes:
         n_sizes = len({min(int(v), n_groups) for v in sizes if int(v) >= 2})
     else:
         n_sizes = min(4, max(n_groups - 1, 0))
-    n_edge = max(1, min(int(s.get("convergence_boundaries", 4)), n_boundaries))
+    n_edge = max(1, min(int(s["convergence_boundaries"]), n_boundaries))
     return n_sizes, min(n_boundaries, 2 * n_edge + 1)
 
 
-def spectra_runtime_min(stage: str, d: int | None, n_boundaries: int, n_groups: int = 16,
-                        spectra: dict | None = None) -> int:  # fmt: skip
+def spectra_runtime_min(stage: str, d: int | None, n_boundaries: int, n_groups: int, spectra: dict) -> int:
     """runtime (minutes) of a spectral table job over `n_boundaries` boundaries: RATES per boundary (Schur:
     × its products relative to the default grid; convergence: per subset size, every boundary's products and
     the edge boundaries' decompositions), × SAFETY, at least MIN_MINUTES (d unknown: UNKNOWN_MINUTES)."""
     if not d:
         return UNKNOWN_MINUTES
-    s = spectra or {}
+    s = spectra
     if stage == "spectra_convergence":
         n_sizes, n_edge = convergence_counts(n_groups, n_boundaries, s)
         per_size = n_boundaries * boundary_seconds("convergence_plain", d) + n_edge * boundary_seconds(
@@ -256,10 +264,9 @@ def spectra_runtime_min(stage: str, d: int | None, n_boundaries: int, n_groups: 
         return _minutes(n_sizes * per_size)
     rate = boundary_seconds(stage, d)
     if stage == "spectra_schur":
-        ch = schur_chains(s.get("alphas", (0.0, 0.25, 0.5, 0.75, 1.0)), s.get("schur_orders", 8),
-                          s.get("schur_ci_blocks", 4), s.get("schur_ci_controls", ("none",)))  # fmt: skip
-        default = schur_chains()
-        rate *= max(1.0, (ch["complex"] + ch["orders"]) / (default["complex"] + default["orders"]))
+        ch = schur_settings_chains(s)
+        measured = schur_chains(**RATES_SCHUR_GRID)
+        rate *= max(1.0, (ch["complex"] + ch["orders"]) / (measured["complex"] + measured["orders"]))
     return _minutes(rate * n_boundaries)
 
 
