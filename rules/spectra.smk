@@ -35,8 +35,7 @@ for _m in MODELS:
             mem_mb=by_attempt(4000),
         params:
             boundaries=boundaries(_m),
-            spectra=jacobian_settings(_m),
-            run=run_settings(),
+            settings=job_settings("spectra_jacobians", _m),
         script:
             "../scripts/spectra_jacobians.py"
 
@@ -57,7 +56,7 @@ rule spectra_table:
     threads: job_threads()
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
+        settings=lambda wc: job_settings("spectra_table", wc.model),
     script:
         "../scripts/spectra_table.py"
 
@@ -76,7 +75,7 @@ rule spectra_cumulative:
     threads: job_threads()
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
+        settings=lambda wc: job_settings("spectra_cumulative", wc.model),
     script:
         "../scripts/spectra_cumulative.py"
 
@@ -95,8 +94,7 @@ rule spectra_schur:
     threads: job_threads()
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
-        seed=lambda wc: spectra_seed(wc.model),
+        settings=lambda wc: job_settings("spectra_schur", wc.model),
     script:
         "../scripts/spectra_schur.py"
 
@@ -116,7 +114,7 @@ rule spectra_convergence:
     threads: job_threads()
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
+        settings=lambda wc: job_settings("spectra_convergence", wc.model),
     script:
         "../scripts/spectra_convergence.py"
 
@@ -134,8 +132,7 @@ rule spectra_trends:
     conda:
         "../envs/plots.yaml"
     params:
-        spectra=lambda wc: section(wc.model, "spectra"),
-        seed=config["seed"],
+        settings=lambda wc: job_settings("spectra_trends", wc.model),
     script:
         "../scripts/spectra_trends.py"
 
@@ -181,7 +178,7 @@ for _fig, (_table, _title) in SPECTRA_FIGURES.items():
             "../envs/plots.yaml"
         params:
             figure=_fig,
-            settings=lambda wc: spectra_figure_settings(wc.model),
+            settings=lambda wc, fig=_fig: spectra_figure_settings(fig, wc.model),
         script:
             "../scripts/spectra_figure.py"
 

@@ -34,8 +34,7 @@ for _m in MODELS:
             mem_mb=by_attempt(4000),
         params:
             boundaries=boundaries(_m),
-            topology=section(_m, "topology"),
-            run=run_settings(),
+            settings=job_settings("topology_graph", _m),
         script:
             "../scripts/topology_graph.py"
 
@@ -61,8 +60,7 @@ rule topology_coupling:
         mem_mb=by_attempt(4000),
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        topology=lambda wc: section(wc.model, "topology"),
-        run=run_settings(),
+        settings=lambda wc: job_settings("topology_coupling", wc.model),
     script:
         "../scripts/topology_coupling.py"
 
@@ -93,7 +91,7 @@ rule topology_graph_figure:
         "../envs/graphs.yaml"
     params:
         label=lambda wc: model_cfg(wc.model).get("label", wc.model),
-        seed=config["seed"],
+        settings=job_settings("topology_graph_figure"),
     script:
         "../scripts/topology_graph_figure.py"
 
