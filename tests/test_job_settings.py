@@ -195,13 +195,20 @@ def _set(cfg: dict, key: str, value) -> None:
 JOB_BLOCK = re.compile(r"^rule (\S+):\n(.*?)(?:\n\n|\Z)", re.S | re.M)
 
 
-def scheduled(workdir: Path, config: Path, *args) -> list[tuple[str, list[str]]]:
-    """(rule, reasons) of every job a dry run of `config` over `workdir` schedules."""
+def scheduled(workdir: Path, config: Path, *args, models: bool = False) -> list[tuple]:
+    """(rule, reasons) of every job a dry run of `config` over `workdir` schedules; with `models`, (rule,
+    reasons, model) (None for a job of no one model)."""
     out = snakemake(workdir, "-n", *args, config=config).stdout
     jobs = []
     for rule, body in JOB_BLOCK.findall(out):
         reason = re.search(r"^\s*reason: (.*)$", body, re.M)
-        jobs.append((rule, [r.split(":")[0].strip() for r in reason.group(1).split("; ")] if reason else []))
+        reasons = [r.split(":")[0].strip() for r in reason.group(1).split("; ")] if reason else []
+        if not models:
+            jobs.append((rule, reasons))
+            continue
+        model = re.search(r"^\s*wildcards: .*?\bmodel=([^,\s]+)", body, re.M)
+        generated = re.match(r"(spectra_jacobians|topology_graph)_(.+)", rule)
+        jobs.append((rule, reasons, model.group(1) if model else generated and generated.group(2)))
     return jobs
 
 
@@ -268,3 +275,32 @@ def test_each_key_reruns_only_its_readers_and_their_dependants(reference_run, ba
     assert results["snapshot_minutes"] == []
     assert any(results[k] for k in results)  # the dry runs do schedule jobs
     print(f"{len(cases)} keys dry-run in {time.monotonic() - start:.0f} s")
+
+
+def test_a_models_override_reruns_only_that_models_readers(reference_run, base_config, tmp_path):
+    """A key set for one model (`models.<name>.overrides`) reruns that model's readers and their dependants:
+    `spectra.sr_k` its spectra tables, Schur and convergence; `activations.boundaries` (every boundary named
+    instead of `all`, the same store) its activation dump and everything after it."""
+    from layergeom.names import boundaries_for
+
+    model, part = "tiny-gpt2", "tiny_gpt2"  # generated rules name the model with underscores
+    n_layers = base_config["models"][model]["hf_config"]["n_layer"]
+    cases = {
+        "spectra.sr_k": {"spectra": {"sr_k": 3}},
+        "activations.boundaries": {"activations": {"boundaries": boundaries_for("gpt2", n_layers)}},
+    }
+    for key, over in cases.items():
+        cfg = copy.deepcopy(base_config)
+        cfg["models"][model]["overrides"] = over
+        path = tmp_path / f"{key}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        jobs = scheduled(reference_run, path, models=True)
+        readers = set(jobsettings.readers(key))
+        rerun = {rule for rule, reasons, _ in jobs if PARAMS in reasons}
+        assert {jobsettings.job_of_rule(r) for r in rerun} == readers, (key, rerun)
+        for rule, reasons, m in jobs:
+            assert set(reasons) <= UPSTREAM | {PARAMS}, (key, rule, reasons)
+            if PARAMS in reasons:
+                assert m in (model, part), (key, rule, m)
+            elif m is not None:
+                assert m in (model, part), f"{key}: {rule} of {m} reruns"
