@@ -83,7 +83,7 @@ def bench_fits(H0, H1, cfg, n_loop, seed=0) -> dict:
     P0, P1 = torch.as_tensor(H0), torch.as_tensor(H1)
     ks = sorted({*cfg["energy_ranks"], cfg["proj_k"], 8})
     with Clock() as c_knn:
-        nbr = knn(P0, torch.as_tensor(rows), cfg["k"])
+        nbr = knn(P0, torch.as_tensor(rows), cfg["k"], leave_one_out=True)
     X, Y, xa = P0[nbr], P1[nbr], P0[torch.as_tensor(rows)]
     seeds = np.arange(len(rows))
     with Clock() as c_glob:
@@ -154,7 +154,7 @@ def bench_kl(adapter, windows, n_fast_windows, n_slow, seed=0) -> dict:
         ).astype(np.float32)
     del caps
     with Clock() as cf:
-        fast = patched_kl(adapter, windows, wins, pos, patches)
+        fast = patched_kl(adapter, windows, wins, pos, patches, max_rows=256)
     n_patches = len(wins) * 6 * L
     # slow reference on a subset of (anchor, layer, variant)
     pick = [(int(g.integers(len(wins))), int(g.integers(L)), int(g.integers(6))) for _ in range(n_slow)]

@@ -30,9 +30,9 @@ from layergeom.resources import materialize_request_mb
 from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
 
 prepend_pythonpath(_SRC)
+from layergeom.jobsettings import settings as _job_settings
 from layergeom.schedule import log_spaced_steps
 from layergeom.sources import INPUTS as MATERIALIZE_INPUTS, loader_of
-from layergeom.spectral.settings import JacobianSettings
 
 try:
     lgconfig.validate(config)
@@ -126,17 +126,14 @@ def section(model, name):
     return lgconfig.model_section(config, model, name)
 
 
+def job_settings(job, model=None):
+    """A job's settings (layergeom.jobsettings): exactly the config keys it reads, the analysis sections'
+    merged for `model`. A rule's `settings` param, so a key reruns only the jobs that read it.
+    """
+    return _job_settings(config, job, model)
+
+
 # ---- the activation store ------------------------------------------------------------------------
-def store_settings(model):
-    """What one model's activation dump depends on: batch size, storage dtype and the kept boundaries."""
-    a = section(model, "activations")
-    return {
-        "batch_size": a["batch_size"],
-        "dtype": a["dtype"],
-        "boundaries": a["boundaries"],
-    }
-
-
 def store_boundaries(model):
     """The boundaries a model's store keeps (``activations.boundaries``), known from the config alone."""
     try:
@@ -410,14 +407,6 @@ def job_threads():
     return config["threads"] or 2
 
 
-def run_settings():
-    return {
-        "seed": config["seed"],
-        "device": config["device"],
-        "threads": config["threads"],
-    }
-
-
 # ---- tokenwise stage ---------------------------------------------------------------------------------
 def tokenwise_layer_files(wildcards, suffix):
     return [
@@ -450,11 +439,6 @@ def topology_graphs(model, checkpoint, ext):
     return boundary_files(model, checkpoint, "graphs", ext)
 
 
-def jacobian_settings(model):
-    """Only the spectra keys the Jacobian job reads: changing a metric's key does not recompute Jacobians."""
-    return JacobianSettings.from_config(section(model, "spectra")).as_dict()
-
-
 def spectra_inputs(wildcards):
     """The Jacobian job's files the spectral tables read: J̄_b, the group means and their counts."""
     m, c = wildcards.model, wildcards.checkpoint
@@ -465,19 +449,15 @@ def spectra_inputs(wildcards):
     }
 
 
-def spectra_seed(model):
-    s = section(model, "spectra")["schur_control_seed"]
-    return config["seed"] if s is None else s
-
-
-def spectra_figure_settings(model):
+def spectra_figure_settings(figure, model):
+    """A spectra figure's job settings with what it draws: the model's label, checkpoints and boundaries."""
     return {
         "model": model,
         "label": model_cfg(model).get("label", model),
         "checkpoints": checkpoints(model),
         "boundaries": boundaries(model),
         "n_layers": n_layers(model),
-        "spectra": section(model, "spectra"),
+        **job_settings(f"spectra_figure_{figure}", model),
     }
 
 

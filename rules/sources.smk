@@ -21,7 +21,7 @@ rule corpus:
     conda:
         torch_env()
     params:
-        corpus=config["corpus"],
+        settings=job_settings("corpus"),
     script:
         "../scripts/corpus.py"
 
@@ -135,8 +135,7 @@ rule windows:
     conda:
         torch_env()
     params:
-        corpus=config["corpus"],
-        seed=config["seed"],
+        settings=job_settings("windows"),
     script:
         "../scripts/windows.py"
 
@@ -158,8 +157,7 @@ rule activations:
         gpu=gpu_jobs(),
         mem_mb=by_attempt(4000),
     params:
-        store=lambda wc: store_settings(wc.model),
-        run=run_settings(),
+        settings=lambda wc: job_settings("activations", wc.model),
     script:
         "../scripts/activations.py"
 
@@ -181,7 +179,7 @@ rule manifest:
         torch_env()
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        seed=config["seed"],
+        settings=job_settings("manifest"),
     script:
         "../scripts/manifest.py"
 

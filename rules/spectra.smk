@@ -35,8 +35,7 @@ for _m in MODELS:
             mem_mb=by_attempt(4000),
         params:
             boundaries=boundaries(_m),
-            spectra=jacobian_settings(_m),
-            run=run_settings(),
+            settings=job_settings("spectra_jacobians", _m),
         script:
             "../scripts/spectra_jacobians.py"
 
@@ -60,7 +59,7 @@ rule spectra_table:
         runtime=spectra_runtime("spectra_table"),
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
+        settings=lambda wc: job_settings("spectra_table", wc.model),
     script:
         "../scripts/spectra_table.py"
 
@@ -82,7 +81,7 @@ rule spectra_cumulative:
         runtime=spectra_runtime("spectra_cumulative"),
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
+        settings=lambda wc: job_settings("spectra_cumulative", wc.model),
     script:
         "../scripts/spectra_cumulative.py"
 
@@ -104,8 +103,7 @@ rule spectra_schur:
         runtime=spectra_runtime("spectra_schur"),
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
-        seed=lambda wc: spectra_seed(wc.model),
+        settings=lambda wc: job_settings("spectra_schur", wc.model),
     script:
         "../scripts/spectra_schur.py"
 
@@ -128,7 +126,7 @@ rule spectra_convergence:
         runtime=spectra_runtime("spectra_convergence"),
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        spectra=lambda wc: section(wc.model, "spectra"),
+        settings=lambda wc: job_settings("spectra_convergence", wc.model),
     script:
         "../scripts/spectra_convergence.py"
 
@@ -149,8 +147,7 @@ rule spectra_trends:
         mem_mb=figure_memory,
         runtime=figure_runtime,
     params:
-        spectra=lambda wc: section(wc.model, "spectra"),
-        seed=config["seed"],
+        settings=lambda wc: job_settings("spectra_trends", wc.model),
     script:
         "../scripts/spectra_trends.py"
 
@@ -199,7 +196,7 @@ for _fig, (_table, _title) in SPECTRA_FIGURES.items():
             runtime=figure_runtime,
         params:
             figure=_fig,
-            settings=lambda wc: spectra_figure_settings(wc.model),
+            settings=lambda wc, fig=_fig: spectra_figure_settings(fig, wc.model),
         script:
             "../scripts/spectra_figure.py"
 

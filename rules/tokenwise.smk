@@ -26,8 +26,7 @@ rule tokenwise_fit:
         mem_mb=by_attempt(3000),
         runtime=by_attempt(5),  # minutes per layer; the group job asks for the sum over its layers
     params:
-        tokenwise=lambda wc: section(wc.model, "tokenwise"),
-        run=run_settings(),
+        settings=lambda wc: job_settings("tokenwise_fit", wc.model),
     script:
         "../scripts/tokenwise_fit.py"
 
@@ -51,8 +50,7 @@ rule tokenwise_kl:
         gpu=gpu_jobs(),
         mem_mb=by_attempt(4000),
     params:
-        batch_rows=lambda wc: section(wc.model, "tokenwise")["kl_batch_rows"],
-        run=run_settings(),
+        settings=lambda wc: job_settings("tokenwise_kl", wc.model),
     script:
         "../scripts/tokenwise_kl.py"
 
@@ -72,8 +70,7 @@ rule tokenwise_summary:
     conda:
         "../envs/plots.yaml"
     params:
-        tokenwise=lambda wc: section(wc.model, "tokenwise"),
-        seed=config["seed"],
+        settings=lambda wc: job_settings("tokenwise_summary", wc.model),
     script:
         "../scripts/tokenwise_summary.py"
 
@@ -137,7 +134,7 @@ rule tokenwise_figures:
     params:
         runs=tokenwise_runs(),
         labels={m: model_cfg(m).get("label", m) for m in MODELS},
-        proj_k={m: section(m, "tokenwise")["proj_k"] for m in MODELS},
+        settings={m: job_settings("tokenwise_figures", m) for m in MODELS},
     script:
         "../scripts/tokenwise_figures.py"
 
@@ -167,8 +164,7 @@ rule tokenwise_convergence:
     conda:
         "../envs/plots.yaml"
     params:
-        tokenwise=lambda wc: section(wc.model, "tokenwise"),
-        seed=config["seed"],
+        settings=lambda wc: job_settings("tokenwise_convergence", wc.model),
     script:
         "../scripts/tokenwise_convergence.py"
 

@@ -35,8 +35,7 @@ for _m in MODELS:
             runtime=topology_graph_runtime(_m),
         params:
             boundaries=boundaries(_m),
-            topology=section(_m, "topology"),
-            run=run_settings(),
+            settings=job_settings("topology_graph", _m),
         script:
             "../scripts/topology_graph.py"
 
@@ -63,8 +62,7 @@ rule topology_coupling:
         runtime=coupling_runtime,
     params:
         boundaries=lambda wc: boundaries(wc.model),
-        topology=lambda wc: section(wc.model, "topology"),
-        run=run_settings(),
+        settings=lambda wc: job_settings("topology_coupling", wc.model),
     script:
         "../scripts/topology_coupling.py"
 
@@ -98,7 +96,7 @@ rule topology_graph_figure:
         runtime=figure_runtime,
     params:
         label=lambda wc: model_cfg(wc.model).get("label", wc.model),
-        seed=config["seed"],
+        settings=job_settings("topology_graph_figure"),
     script:
         "../scripts/topology_graph_figure.py"
 

@@ -22,9 +22,7 @@ rule train_model:
     params:
         family=lambda wc: model_cfg(wc.model)["family"],
         hf_config=lambda wc: model_cfg(wc.model)["hf_config"],
-        train=lambda wc: section(wc.model, "train"),
-        window_tokens=config["corpus"]["window_tokens"],
-        run=run_settings(),
+        settings=lambda wc: job_settings("train_model", wc.model),
     script:
         "../scripts/train_model.py"
 

@@ -6,13 +6,14 @@ from layergeom.runtime import device_info, resolve_device
 from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
-with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
-    device = resolve_device(sm.params.run["device"])
+s = sm.params.settings
+with job(sm, seed=s["seed"], threads=sm.threads):
+    device = resolve_device(s["device"])
     model = models.load_model(Path(sm.input.weights).parent, device=device)
     windows = corpus.load_windows(sm.input.windows)
     # the device of the forward passes goes into store.json and from there into the manifest
     meta = {"model": sm.wildcards.model, "checkpoint": sm.wildcards.checkpoint, "device": device_info(device)}
-    st = sm.params.store
+    st = s["activations"]
     store.dump_activations(
         get_adapter(model),
         windows,

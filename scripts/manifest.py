@@ -11,5 +11,5 @@ with job(sm):
         windows=json.loads(open(sm.input.windows_meta).read()),
         activations=sm.input.activations,
         boundaries=sm.params.boundaries,
-        seed=sm.params.seed,
+        seed=sm.params.settings["seed"],
     )

@@ -2,7 +2,7 @@ from layergeom.spectral.pipeline import BoundaryFiles, write_cumulative
 from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
-cfg = sm.params.spectra
+cfg = sm.params.settings["spectra"]
 with job(sm, threads=sm.threads):
     write_cumulative(
         BoundaryFiles(sm.params.boundaries, sm.input.npy, sm.input.groups, sm.input.meta),

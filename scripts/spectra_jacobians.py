@@ -8,8 +8,9 @@ from layergeom.store import ActivationStore
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
-with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
-    model = models.load_model(Path(sm.input.weights).parent, device=resolve_device(sm.params.run["device"]))
+s = sm.params.settings
+with job(sm, seed=s["seed"], threads=sm.threads):
+    model = models.load_model(Path(sm.input.weights).parent, device=resolve_device(s["device"]))
     names = sm.params.boundaries
     files = {k: sm.output[k] for k in pipeline.SUFFIXES}  # one list per kind, in boundary order
     pipeline.boundary_jacobians(
@@ -17,7 +18,7 @@ with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
         ActivationStore(sm.input.activations),
         names,
         {n: {k: files[k][i] for k in files} for i, n in enumerate(names)},
-        dict(sm.params.spectra),
-        seed=sm.params.run["seed"],
+        dict(s["spectra"]),
+        seed=s["seed"],
         weights=sm.input.weights,
     )

@@ -2,8 +2,9 @@ from layergeom.spectral.pipeline import BoundaryFiles, write_schur
 from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
-cfg = sm.params.spectra
-seed = sm.params.seed  # spectra.schur_control_seed, or the workflow's seed
+cfg = sm.params.settings["spectra"]
+# spectra.schur_control_seed, or the workflow's seed
+seed = sm.params.settings["seed"] if cfg["schur_control_seed"] is None else cfg["schur_control_seed"]
 with job(sm, seed=seed, threads=sm.threads):
     write_schur(
         BoundaryFiles(sm.params.boundaries, sm.input.npy, sm.input.groups, sm.input.meta),

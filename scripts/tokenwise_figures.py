@@ -8,6 +8,6 @@ with job(sm):
         anchors=dict(zip(sm.params.runs, sm.input.anchors)),
         pooled=dict(zip(sm.params.runs, sm.input.pooled)),
         labels=sm.params.labels,
-        proj_k=sm.params.proj_k,
+        proj_k={m: s["tokenwise"]["proj_k"] for m, s in sm.params.settings.items()},
         outputs=dict(sm.output.items()),
     )

@@ -8,13 +8,14 @@ from layergeom.tokenwise.pipeline import run_fit_layer
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
-with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
+s = sm.params.settings
+with job(sm, seed=s["seed"], threads=sm.threads):
     run_fit_layer(
         sm.input.activations,
         int(sm.wildcards.layer),
-        sm.params.tokenwise,
-        seed=sm.params.run["seed"],
-        device=resolve_device(sm.params.run["device"]),
+        s["tokenwise"],
+        seed=s["seed"],
+        device=resolve_device(s["device"]),
         out_table=sm.output.table,
         out_patches=sm.output.patches,
     )

@@ -9,13 +9,14 @@ from layergeom.tokenwise.pipeline import run_kl_checkpoint
 from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
-with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
+s = sm.params.settings
+with job(sm, seed=s["seed"], threads=sm.threads):
     run_kl_checkpoint(
         Path(sm.input.weights).parent,
         sm.input.activations,
         list(sm.input.patches),
-        device=resolve_device(sm.params.run["device"]),
-        batch_rows=sm.params.batch_rows,
+        device=resolve_device(s["device"]),
+        batch_rows=s["tokenwise"]["kl_batch_rows"],
         out=sm.output[0],
         snapshot_s=snapshot_seconds(sm),
     )

@@ -3,11 +3,12 @@ from layergeom.topology.pipeline import checkpoint_coupling
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
-with job(sm, seed=sm.params.run["seed"], threads=sm.threads):
+s = sm.params.settings
+with job(sm, seed=s["seed"], threads=sm.threads):
     table, by_operator, sweep = checkpoint_coupling(
         sm.params.boundaries, sm.input.graphs, sm.input.sweeps, sm.input.jacobians, sm.input.spectra,
-        sm.params.topology,
-        seed=sm.params.run["seed"],
+        s["topology"],
+        seed=s["seed"],
     )  # fmt: skip
     write_tsv(table, sm.output.table)
     write_tsv(by_operator, sm.output.by_operator)

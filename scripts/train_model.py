@@ -6,11 +6,13 @@ from layergeom.runtime import resolve_device
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
-with job(sm, seed=sm.params.train["seed"], threads=sm.params.train["threads"]):
+s = sm.params.settings
+tcfg = s["train"]
+with job(sm, seed=tcfg["seed"], threads=tcfg["threads"]):
     docs, _ = corpus.read_documents(sm.input.corpus)
     tok = models.load_tokenizer(Path(sm.input.tokenizer).parent)
-    windows = corpus.make_windows(docs, tok, None, sm.params.window_tokens, sm.params.train["seed"])["tokens"]
+    windows = corpus.make_windows(docs, tok, None, s["corpus"]["window_tokens"], tcfg["seed"])["tokens"]
     out = Path(sm.output.checkpoints)
-    dev = resolve_device(sm.params.run["device"])
-    train.train(sm.params.family, sm.params.hf_config, windows, tok, sm.params.train, out, sm.wildcards.model, dev)
+    dev = resolve_device(s["device"])
+    train.train(sm.params.family, sm.params.hf_config, windows, tok, tcfg, out, sm.wildcards.model, dev)
     shutil.copyfile(out / "curves.tsv", sm.output.curves)

@@ -7,8 +7,9 @@ sm = snakemake  # noqa: F821
 with job(sm):
     docs, meta = corpus.read_documents(sm.input.corpus)
     tok = models.load_tokenizer(Path(sm.input.tokenizer).parent)
-    cfg = sm.params.corpus
-    w = corpus.make_windows(docs, tok, cfg["n_windows"], cfg["window_tokens"], sm.params.seed)
+    cfg = sm.params.settings["corpus"]
+    seed = sm.params.settings["seed"]
+    w = corpus.make_windows(docs, tok, cfg["n_windows"], cfg["window_tokens"], seed)
     corpus.save_windows(
         w,
         sm.output.windows,
@@ -16,7 +17,7 @@ with job(sm):
             "corpus": cfg["source"],
             "n_windows": cfg["n_windows"],
             "window_tokens": cfg["window_tokens"],
-            "seed": sm.params.seed,
+            "seed": seed,
             "n_documents": meta["n_documents"],
         },
     )

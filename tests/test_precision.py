@@ -76,7 +76,7 @@ def runs(tmp_path_factory):
             np.savez(d / f"L{layer}.npz", **p)
             tables.append(table)
             patches.append(d / f"L{layer}.npz")
-        kl = kl_checkpoint(d / "m", d / "acts", patches)
+        kl = kl_checkpoint(d / "m", d / "acts", patches, batch_rows=256)
         import pandas as pd
 
         df = pd.concat(tables).merge(kl[["layer", "class", "anchor", "kl"]], on=["layer", "class", "anchor"])
@@ -286,6 +286,6 @@ def test_kl_accepts_the_rounded_store_of_its_weights_and_refuses_other_weights(t
     for layer in range(2):
         np.savez(tmp_path / f"L{layer}.npz", **fit_layer(tmp_path / "acts", layer, tcfg, seed=0)[1])
         patches.append(tmp_path / f"L{layer}.npz")
-    assert np.isfinite(kl_checkpoint(tmp_path / "a", tmp_path / "acts", patches)["kl"]).all()
+    assert np.isfinite(kl_checkpoint(tmp_path / "a", tmp_path / "acts", patches, batch_rows=256)["kl"]).all()
     with pytest.raises(LayergeomError, match="do not match the weights"):
-        kl_checkpoint(tmp_path / "b", tmp_path / "acts", patches)
+        kl_checkpoint(tmp_path / "b", tmp_path / "acts", patches, batch_rows=256)

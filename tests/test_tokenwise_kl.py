@@ -115,7 +115,7 @@ def _layer(tiny_store, layer, **over):
     cfg = tokenwise_cfg(**over)
     table, patches = fit_layer(path, layer, cfg, seed=0)
     idx = np.load(path / "index.npy")[patches["rows"]]
-    kl = patched_kl(adapter, windows, idx[:, 0], idx[:, 1], {layer: patches["t"]})[layer]
+    kl = patched_kl(adapter, windows, idx[:, 0], idx[:, 1], {layer: patches["t"]}, max_rows=256)[layer]
     return table, patches, kl, cfg
 
 
@@ -130,7 +130,7 @@ def test_patching_the_clean_output_of_each_block_changes_nothing(tiny_store):
     idx = store.index[rows]
     for layer in range(adapter.n_layers):
         clean = np.stack([store.states(names[layer + 1])[rows], store.states(names[layer])[rows]])
-        kl = patched_kl(adapter, windows, idx[:, 0], idx[:, 1], {layer: clean})[layer]
+        kl = patched_kl(adapter, windows, idx[:, 0], idx[:, 1], {layer: clean}, max_rows=256)[layer]
         assert np.abs(kl[0]).max() < 1e-6
         if layer > 0:  # block 0 is the identity, so h_0 = h_1 there
             assert kl[1].min() > 0 and np.median(kl[1]) > 1e3 * np.abs(kl[0]).max()
@@ -149,7 +149,7 @@ def test_cross_token_residual_predicts_kl(tiny_store):
     for i, name in enumerate(patches["classes"]):
         g = table[table["class"] == name]
         assert g["relerr"].min() > 1e-3
-        r = spearman_ci(g["relerr"], kl[i], n_boot=200, seed=0)
+        r = spearman_ci(g["relerr"], kl[i], n_boot=200, seed=0, level=0.95)
         assert r.rho > 0 and r.ci_low > 0, name
 
 
@@ -179,7 +179,7 @@ def test_bootstrap_ci_equals_a_loop_over_resamples():
     g = np.random.default_rng(0)
     x = g.standard_normal(60)
     y = x + g.standard_normal(60)
-    r = spearman_ci(x, y, n_boot=300, seed=5)
+    r = spearman_ci(x, y, n_boot=300, seed=5, level=0.95)
     idx = np.random.default_rng(5).integers(0, 60, size=(300, 60))
     boots = [scipy.stats.spearmanr(x[i], y[i]).statistic for i in idx]
     assert (r.ci_low, r.ci_high) == pytest.approx(tuple(np.quantile(boots, [0.025, 0.975])), rel=1e-10)

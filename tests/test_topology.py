@@ -111,7 +111,7 @@ def test_planted_communities_are_recovered():
     groups = np.repeat([0, 1, 2], [20, 15, 25])
     x = _factor_data(rng, 3000, groups)
     g = correlation_graph(x, None, k=20, chunk_tokens=512)
-    comm = signed_leiden(g, resolution=0.05, seed=0)
+    comm = signed_leiden(g, resolution=0.05, seed=0, negative_resolution=0.0, n_iterations=-1)
     assert _ari(comm.membership, groups) == pytest.approx(1.0)
 
 
@@ -121,32 +121,35 @@ def test_anticorrelated_units_end_up_in_different_communities():
     groups = np.zeros(40, dtype=int)
     signs = np.repeat([1.0, -1.0], 20)
     x = _factor_data(rng, 3000, groups, signs)
-    g = correlation_graph(x, None, k=20)
+    g = correlation_graph(x, None, k=20, chunk_tokens=4096)
     assert g.negative.sum() > 0.3 * len(g.r)
-    comm = signed_leiden(g, resolution=0.05, seed=0)
+    comm = signed_leiden(g, resolution=0.05, seed=0, negative_resolution=0.0, n_iterations=-1)
     assert _ari(comm.membership, signs > 0) == pytest.approx(1.0)
     # control: the same graph with the signs dropped puts everything together, so the test can fail
     unsigned = SignedGraph(g.n_nodes, g.src, g.dst, np.abs(g.r))
-    assert signed_leiden(unsigned, resolution=0.05, seed=0).n_communities == 1
+    assert signed_leiden(unsigned, resolution=0.05, seed=0, negative_resolution=0.0, n_iterations=-1).n_communities == 1
 
 
 def test_resolution_acts_through_the_positive_layer_only():
     rng = np.random.default_rng(5)
     x = _factor_data(rng, 2000, np.repeat([0, 1], 15), np.tile([1.0, -1.0], 15), noise=2.0)
-    g = correlation_graph(x, None, k=10)
+    g = correlation_graph(x, None, k=10, chunk_tokens=4096)
     gammas = (0.01, 0.15, 0.3)  # below, inside and above the range of the edge weights |r| ≈ 0.17 … 0.25
-    n_comm = [signed_leiden(g, gamma, 0.0, seed=0).n_communities for gamma in gammas]
+    n_comm = [signed_leiden(g, gamma, 0.0, seed=0, n_iterations=-1).n_communities for gamma in gammas]
     assert n_comm[0] < n_comm[1] < n_comm[2]
     # equal resolutions on both layers cancel: every γ gives the same partition (why γ⁻ is its own key)
-    same = [signed_leiden(g, gamma, gamma, seed=0).membership for gamma in gammas]
+    same = [signed_leiden(g, gamma, gamma, seed=0, n_iterations=-1).membership for gamma in gammas]
     assert all(np.array_equal(same[0], m) for m in same[1:])
 
 
 def test_leiden_is_seeded():
     rng = np.random.default_rng(6)
     x = _factor_data(rng, 500, np.repeat([0, 1, 2, 3], 10), noise=3.0)
-    g = correlation_graph(x, None, k=8)
-    a, b = signed_leiden(g, 0.05, seed=11), signed_leiden(g, 0.05, seed=11)
+    g = correlation_graph(x, None, k=8, chunk_tokens=4096)
+    a, b = (
+        signed_leiden(g, 0.05, seed=11, negative_resolution=0.0, n_iterations=-1),
+        signed_leiden(g, 0.05, seed=11, negative_resolution=0.0, n_iterations=-1),
+    )
     np.testing.assert_array_equal(a.membership, b.membership)
 
 
@@ -333,7 +336,10 @@ def test_coupling_rejects_a_mismatched_jacobian():
 
     with pytest.raises(LayergeomError, match="does not match"):
         coupling_table(
-            {"L0.block": _graph_nodes(np.random.default_rng(0).random(5))}, {"L0.block": np.eye(4)}, _defaults(), 0,
+            {"L0.block": _graph_nodes(np.random.default_rng(0).random(5))},
+            {"L0.block": np.eye(4)},
+            _defaults(),
+            0,
             henrici_values={"L0.block": 0.0},
         )
 
@@ -388,7 +394,10 @@ def test_checkpoint_coupling_from_files_uses_the_spectra_henrici(tmp_path):
         names, paths["graphs"], paths["sweeps"], paths["jacobians"], tmp_path / "spectra.tsv", cfg, seed=3
     )
     direct = coupling_table(
-        {b: _graph_nodes(read_tsv(p)["participation"].to_numpy()) for b, p in zip(names, paths["graphs"])}, jac, cfg, 3,
+        {b: _graph_nodes(read_tsv(p)["participation"].to_numpy()) for b, p in zip(names, paths["graphs"])},
+        jac,
+        cfg,
+        3,
         henrici_values=henricis(jac),
     )
     pd.testing.assert_frame_equal(table, direct, check_exact=False, atol=1e-9)  # file H == recomputed H

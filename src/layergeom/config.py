@@ -40,6 +40,13 @@ def load_schema(name: str, schema_dir: Path = SCHEMA_DIR) -> dict:
     return yaml.safe_load((schema_dir / f"{name}.schema.yaml").read_text())
 
 
+def schema_defaults(name: str, schema_dir: Path = SCHEMA_DIR) -> dict:
+    """A section's settings when nothing is set: its schema's defaults (what validation fills in)."""
+    out: dict = {}
+    _check(out, load_schema(name, schema_dir), name)
+    return out
+
+
 def section_names(schema_dir: Path = SCHEMA_DIR) -> list[str]:
     return sorted(p.name.split(".")[0] for p in schema_dir.glob("*.schema.yaml") if p.name != "config.schema.yaml")
 
@@ -146,17 +153,34 @@ def _cell(text) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _rows(props: dict, prefix: str) -> list[str]:
+def _reruns(key: str | None) -> str:
+    """Which jobs changing `key` reruns (with their dependants), from layergeom.jobsettings."""
+    if key is None:
+        return ""
+    from .jobsettings import OTHER_KEYS, readers
+
+    jobs = ", ".join(f"`{j}`" for j in readers(key))
+    other = OTHER_KEYS.get(key)
+    return "; ".join(x for x in (jobs, other) if x) or "—"
+
+
+def _rows(props: dict, prefix: str, key_prefix: str | None = None) -> list[str]:
+    """Table rows of a schema's properties; `key_prefix` (None: no reruns column) is the dotted path of
+    the properties in the config, for the jobs each key reruns."""
     rows = []
     for key, sub in props.items():
         name = f"{prefix}{key}"
+        dotted = None if key_prefix is None else f"{key_prefix}{key}"
         if sub.get("type") == "object" and "properties" in sub:
-            rows += _rows(sub["properties"], f"{name}.")
+            rows += _rows(sub["properties"], f"{name}.", None if dotted is None else f"{dotted}.")
             continue
         kind = sub.get("enum") and " | ".join(f"`{v}`" for v in sub["enum"]) or sub.get("type", "")
         kind = " or ".join(kind) if isinstance(kind, list) else kind
         default = f"`{json.dumps(sub['default'], ensure_ascii=False)}`" if "default" in sub else "—"
-        rows.append(f"| `{name}` | {_cell(kind)} | {_cell(default)} | {_cell(sub.get('description', ''))} |")
+        cells = [f"`{name}`", _cell(kind), _cell(default), _cell(sub.get("description", ""))]
+        if key_prefix is not None:
+            cells.append(_cell(_reruns(dotted)))
+        rows.append(f"| {' | '.join(cells)} |")
     return rows
 
 
@@ -164,6 +188,7 @@ def reference_markdown(schema_dir: Path = SCHEMA_DIR) -> str:
     """config/README.md: every key of every schema with its type, default and description."""
     main = load_schema("config", schema_dir)
     head = "| key | type | default | meaning |\n|---|---|---|---|"
+    rerun_head = "| key | type | default | meaning | reruns |\n|---|---|---|---|---|"
     out = [
         "# Configuration",
         "",
@@ -172,8 +197,11 @@ def reference_markdown(schema_dir: Path = SCHEMA_DIR) -> str:
         "A run reads one YAML file (`config/config.yaml` unless `--configfile` names another; a `--configfile`",
         "replaces the default rather than merging into it). Every key is validated against the JSON schemas in",
         "`config/schema/` before any job starts, and every key except the models has a default there. Analysis",
-        "sections can be set per model under `models.<name>.overrides.<section>`; a job receives only its own",
-        "model's merged section, so changing one model's value reruns only that model's jobs.",
+        "sections can be set per model under `models.<name>.overrides.<section>`. Each job receives exactly the",
+        "keys it reads (`layergeom.jobsettings`; its own model's merged values), so changing a key reruns the",
+        "jobs in its *reruns* column, for the models whose value changed, and the jobs that read their outputs:",
+        "no others. A model's own keys (`models.<name>.*`) rerun that model's materialize (or download) and",
+        "everything after it.",
         "",
         "Ready-made configurations: `config.yaml` (the embedded SmolLM2 default, sized for a laptop), `test.yaml`",
         "(tiny random models of every family, used by the tests), `papers.yaml` (the models and settings of both",
@@ -184,8 +212,10 @@ def reference_markdown(schema_dir: Path = SCHEMA_DIR) -> str:
         "",
         _cell(main.get("description", "")),
         "",
-        head,
-        *_rows({k: v for k, v in main["properties"].items() if k not in ("models", *section_names(schema_dir))}, ""),
+        rerun_head,
+        *_rows(
+            {k: v for k, v in main["properties"].items() if k not in ("models", *section_names(schema_dir))}, "", ""
+        ),
         "",
         "## Models: `models.<name>`",
         "",
@@ -199,6 +229,6 @@ def reference_markdown(schema_dir: Path = SCHEMA_DIR) -> str:
     ]
     for section in section_names(schema_dir):
         schema = load_schema(section, schema_dir)
-        out += ["", f"## `{section}`", "", _cell(schema.get("description", "")), "", head]
-        out += _rows(schema.get("properties", {}), "")
+        out += ["", f"## `{section}`", "", _cell(schema.get("description", "")), "", rerun_head]
+        out += _rows(schema.get("properties", {}), "", f"{section}.")
     return "\n".join(out) + "\n"

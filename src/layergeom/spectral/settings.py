@@ -7,23 +7,31 @@ from dataclasses import asdict, dataclass, fields
 
 @dataclass(frozen=True)
 class JacobianSettings:
-    """The ``spectra`` keys the Jacobian job reads (defaults as in config/schema/spectra.schema.yaml)."""
+    """The ``spectra`` keys the Jacobian job reads (their defaults are config/schema/spectra.schema.yaml's)."""
 
-    n_samples: int = 256
-    samples: str | int | None = None
-    n_groups: int = 16
-    summary_samples: int = 64
-    method: str = "auto"
-    context: str = "isolated"
-    chunk_size: int = 16
-    autodiff: str = "rev"
-    sample_spectral_norm: bool = False
-    dtype: str = "float32"
+    n_samples: int
+    samples: str | int | None
+    n_groups: int
+    summary_samples: int
+    method: str
+    context: str
+    chunk_size: int
+    autodiff: str
+    sample_spectral_norm: bool
+    dtype: str
 
     @classmethod
     def from_config(cls, spectra: dict) -> JacobianSettings:
-        """The Jacobian keys of a ``spectra`` section (other keys are ignored)."""
-        return cls(**{f.name: spectra[f.name] for f in fields(cls) if f.name in spectra})
+        """The Jacobian keys of a ``spectra`` section (other keys are ignored); a key the section lacks takes
+        the schema's default (the workflow's sections are validated, so they have every key)."""
+        from ..config import schema_defaults
+
+        values = {**schema_defaults("spectra"), **spectra}
+        return cls(**{k: values[k] for k in JACOBIAN_KEYS})
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+#: the ``spectra`` keys of the Jacobian job, in field order
+JACOBIAN_KEYS = tuple(f.name for f in fields(JacobianSettings))

@@ -245,7 +245,7 @@ def lowrank_rank(rank: int, k: int, d: int) -> int:
     return min(int(rank), int(k), min(int(d), 2 * int(k)))
 
 
-def fit_lowrank(loc: Local, xa, *, rank: int = 8, form: str = "identity_plus", ridge: float = 1e-3, q: int = 8) -> Fit:
+def fit_lowrank(loc: Local, xa, *, rank: int, form: str, ridge: float, q: int = 8) -> Fit:
     """Reduced-rank ridge regression: min ||D - X B||^2 + lam ||B||^2 s.t. rank(B) <= r.
 
     D = Y - X (``identity_plus``: A = I + Bᵀ) or D = Y (``pure``: A = Bᵀ). Exact solution (Mukherjee &
@@ -409,11 +409,11 @@ def fit_mlp(
     loc: Local,
     xa,
     *,
-    width: int = 32,
-    steps: int = 300,
-    lr: float = 1e-2,
-    patience: int = 20,
-    val_frac: float = 0.2,
+    width: int,
+    steps: int,
+    lr: float,
+    patience: int,
+    val_frac: float,
     seeds: np.ndarray | None = None,
     q: int = 8,
 ) -> Fit:
@@ -465,7 +465,7 @@ def fit_mlp(
 
 
 # ---- global -------------------------------------------------------------------------------------
-def fit_global(H0: torch.Tensor, H1: torch.Tensor, *, ridge: float = 1e-3) -> torch.Tensor:
+def fit_global(H0: torch.Tensor, H1: torch.Tensor, *, ridge: float) -> torch.Tensor:
     """One linear map for all tokens of a layer: A = I + Bᵀ, B = argmin ||(H1 - H0) - H0 B||^2 + lam ||B||^2."""
     H0, H1 = H0.to(torch.float64), H1.to(torch.float64)
     d = H0.shape[1]

@@ -74,7 +74,7 @@ def patched_kl(
     windows: np.ndarray,
     positions: np.ndarray,
     patches: dict[int, np.ndarray],
-    max_rows: int = 256,
+    max_rows: int,
     snapshots: Snapshots = NO_SNAPSHOTS,
 ) -> dict[int, np.ndarray]:
     """KL at every anchor for every patched state, reusing one clean pass per window.

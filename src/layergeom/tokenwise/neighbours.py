@@ -19,7 +19,7 @@ def knn(
     query_rows: torch.Tensor,
     k: int,
     *,
-    leave_one_out: bool = True,
+    leave_one_out: bool,
     max_elements: int = 1 << 24,
 ) -> torch.Tensor:
     """Indices (m, k) into `points` (n, d) of the k nearest neighbours of points[query_rows] (m,).

@@ -179,7 +179,7 @@ def kl_checkpoint(
     *,
     device: str = "cpu",
     slow: bool = False,
-    batch_rows: int = 256,
+    batch_rows: int,
     snapshots: Snapshots = NO_SNAPSHOTS,
 ):
     """KL of every patched state of every layer; one clean pass per window. Returns a DataFrame.
@@ -236,7 +236,7 @@ def kl_checkpoint(
 
 
 def run_kl_checkpoint(
-    model_dir, activations, patch_files, *, device: str, out, batch_rows: int = 256, snapshot_s: float | None = None
+    model_dir, activations, patch_files, *, device: str, out, batch_rows: int, snapshot_s: float | None = None
 ) -> None:
     """Rule entry point: :func:`kl_checkpoint` into ``out``; with ``snapshot_s``, resumable after a kill (the KL
     done so far saved every that many seconds in ``.partial/`` next to ``out``, keyed by inputs and settings)."""

@@ -25,9 +25,7 @@ def _rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (a * b).sum(1) / den, np.nan)
 
 
-def spearman_ci(
-    x: np.ndarray, y: np.ndarray, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0, chunk: int = 2**24
-) -> Rho:
+def spearman_ci(x: np.ndarray, y: np.ndarray, *, n_boot: int, level: float, seed: int = 0, chunk: int = 2**24) -> Rho:
     """Spearman rho(x, y) (scipy) with a percentile bootstrap CI over resampled pairs (vectorised).
 
     Pairs with a non-finite value are dropped; fewer than 3 pairs, or a constant variable, give nan.

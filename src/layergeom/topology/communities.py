@@ -37,10 +37,10 @@ class Communities:
 
 def signed_leiden(
     graph: SignedGraph,
-    resolution: float = 0.05,
-    negative_resolution: float = 0.0,
-    n_iterations: int = -1,
-    seed: int = 0,
+    resolution: float,
+    negative_resolution: float,
+    n_iterations: int,
+    seed: int,
 ) -> Communities:
     """Signed Leiden CPM: CPM partitions of the positive and negative layers optimised jointly, weights [1, -1]."""
     import leidenalg as la
@@ -71,7 +71,7 @@ def participation(graph: SignedGraph, membership: np.ndarray) -> np.ndarray:
     return np.where(w_i > 0, p, np.nan)
 
 
-def boundary_nodes(p: np.ndarray, percentile: float = 80.0) -> np.ndarray:
+def boundary_nodes(p: np.ndarray, percentile: float) -> np.ndarray:
     """Binary boundary nodes: participation at or above the given percentile of the finite values.
 
     A node with P = 0 (all its positive weight inside one community) is never a boundary node, even when

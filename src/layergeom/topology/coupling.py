@@ -102,7 +102,7 @@ def spearman_permutation(
     return rho, float(p), n, done
 
 
-def fdr_bh(p: np.ndarray, q: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def fdr_bh(p: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
     """Benjamini-Hochberg q-values across the finite p-values (scipy); NaN p gives NaN q, not significant."""
     p = np.asarray(p, dtype=np.float64)
     ok = np.isfinite(p)

@@ -55,7 +55,7 @@ class SignedGraph:
         return deg_pos, deg_neg
 
 
-def streamed_correlation(states, mask: np.ndarray | None = None, chunk_tokens: int = 4096) -> np.ndarray:
+def streamed_correlation(states, mask: np.ndarray | None, chunk_tokens: int) -> np.ndarray:
     """Pearson correlation matrix of the columns of ``states`` (n, d) over the rows selected by ``mask``.
 
     ``states`` may be a read-only memmap: rows are read ``chunk_tokens`` at a time, converted to float64 and
@@ -115,7 +115,7 @@ def topk_graph(corr: np.ndarray, k: int) -> SignedGraph:
     return SignedGraph(d, src[keep].astype(np.int64), dst[keep].astype(np.int64), r[keep].astype(np.float64))
 
 
-def correlation_graph(states, mask: np.ndarray | None, k: int, chunk_tokens: int = 4096) -> SignedGraph:
+def correlation_graph(states, mask: np.ndarray | None, k: int, chunk_tokens: int) -> SignedGraph:
     """Paper B's graph of one boundary: streamed Pearson correlations, then the top-k |r| union graph."""
     if k > states.shape[1] - 1:
         log.warning("top_k=%d is not below d=%d: every node keeps all partners", k, states.shape[1])
