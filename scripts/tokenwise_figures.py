@@ -1,9 +1,9 @@
-from layergeom.plots.tokenwise import make_figures
+from layergeom.plots.tokenwise import draw_figures
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 with job(sm):
-    make_figures(
+    draw_figures(
         summaries=dict(zip(sm.params.runs, sm.input.summaries)),
         anchors=dict(zip(sm.params.runs, sm.input.anchors)),
         pooled=dict(zip(sm.params.runs, sm.input.pooled)),

@@ -4,13 +4,13 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from layergeom.runtime import resolve_device
-from layergeom.tokenwise.pipeline import run_fit_layer
+from layergeom.tokenwise.pipeline import write_fits
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 s = sm.params.settings
 with job(sm, seed=s["seed"], threads=sm.threads):
-    run_fit_layer(
+    write_fits(
         sm.input.activations,
         int(sm.wildcards.layer),
         s["tokenwise"],

@@ -5,13 +5,13 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from layergeom.runtime import resolve_device
-from layergeom.tokenwise.pipeline import run_kl_checkpoint
+from layergeom.tokenwise.pipeline import write_kl
 from layergeom.workflow import job, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 s = sm.params.settings
 with job(sm, seed=s["seed"], threads=sm.threads):
-    run_kl_checkpoint(
+    write_kl(
         Path(sm.input.weights).parent,
         sm.input.activations,
         list(sm.input.patches),

@@ -1,10 +1,10 @@
-from layergeom.tokenwise.pipeline import run_summarise
+from layergeom.tokenwise.pipeline import write_summary
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 s = sm.params.settings
 with job(sm, seed=s["seed"], threads=sm.threads):
-    run_summarise(
+    write_summary(
         list(sm.input.tables),
         sm.input.kl,
         s["tokenwise"],

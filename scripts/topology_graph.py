@@ -1,10 +1,10 @@
-from layergeom.topology.pipeline import run_topologies
+from layergeom.topology.pipeline import write_graphs
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 s = sm.params.settings
 with job(sm, seed=s["seed"], threads=sm.threads):
-    run_topologies(
+    write_graphs(
         sm.input.activations,
         sm.params.boundaries,
         s["topology"],

@@ -300,7 +300,7 @@ def test_killed_graph_job_reuses_its_finished_boundaries(tmp_path, monkeypatch):
                 (("nodes", ".tsv"), ("edges", ".edges.tsv"), ("sweeps", ".sweep.tsv"))}  # fmt: skip
 
     whole = outs(tmp_path / "whole")
-    pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **whole)
+    pipeline.write_graphs(tmp_path / "acts", names, cfg, 0, **whole)
     run = outs(tmp_path / "graphs")
     k = len(names) // 2
     script = f"""
@@ -315,7 +315,7 @@ def mark(*a, **kw):
     done.append(1)
     return real(*a, **kw)
 pipeline.mark_done = mark
-pipeline.run_topologies({str(tmp_path / "acts")!r}, {names!r}, {cfg!r}, 0,
+pipeline.write_graphs({str(tmp_path / "acts")!r}, {names!r}, {cfg!r}, 0,
                         **{{k: [Path(p) for p in v] for k, v in { ({k: list(map(str, v)) for k, v in run.items()})!r}.items()}})
 """
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
@@ -324,7 +324,7 @@ pipeline.run_topologies({str(tmp_path / "acts")!r}, {names!r}, {cfg!r}, 0,
     assert len(list(work.glob("*.done.json"))) == k and not any(p.exists() for v in run.values() for p in v)
     computed, real = [], pipeline.store_topology
     monkeypatch.setattr(pipeline, "store_topology", lambda store, b, *a: computed.append(b) or real(store, b, *a))
-    pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+    pipeline.write_graphs(tmp_path / "acts", names, cfg, 0, **run)
     assert computed == names[k:]
     for key in run:
         for a, b in zip(run[key], whole[key]):
@@ -488,7 +488,7 @@ def test_graph_files_swapped_between_boundaries_are_redone(tmp_path, monkeypatch
 
     names, cfg, outs = _graph_setup(tmp_path)
     whole, run = outs(tmp_path / "whole"), outs(tmp_path / "graphs")
-    pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **whole)
+    pipeline.write_graphs(tmp_path / "acts", names, cfg, 0, **whole)
     real = pipeline.store_topology
 
     def crash(store, b, *a):
@@ -498,14 +498,14 @@ def test_graph_files_swapped_between_boundaries_are_redone(tmp_path, monkeypatch
 
     monkeypatch.setattr(pipeline, "store_topology", crash)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+        pipeline.write_graphs(tmp_path / "acts", names, cfg, 0, **run)
     work = tmp_path / "graphs" / resume.PARTIAL
     a, b = work / f"{names[0]}.edges.tsv", work / f"{names[1]}.edges.tsv"
     da, db = a.read_bytes(), b.read_bytes()
     a.write_bytes(db), b.write_bytes(da)
     computed = []
     monkeypatch.setattr(pipeline, "store_topology", lambda store, b, *a: computed.append(b) or real(store, b, *a))
-    pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+    pipeline.write_graphs(tmp_path / "acts", names, cfg, 0, **run)
     assert computed == names  # the two swapped, and the one not done
     for key in run:
         for x, y in zip(run[key], whole[key]):
@@ -528,10 +528,10 @@ def test_graph_resume_key_names_the_threads(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setattr(pipeline, "store_topology", crash)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+        pipeline.write_graphs(tmp_path / "acts", names, cfg, 0, **run)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.setattr(pipeline, "store_topology", lambda store, b, *a: computed.append(b) or real(store, b, *a))
-    pipeline.run_topologies(tmp_path / "acts", names, cfg, 0, **run)
+    pipeline.write_graphs(tmp_path / "acts", names, cfg, 0, **run)
     assert computed == names
 
 

@@ -25,7 +25,7 @@ from layergeom.topology.coupling import (
     sweep_table,
 )
 from layergeom.topology.graphs import SignedGraph, correlation_graph, streamed_correlation, topk_graph
-from layergeom.topology.pipeline import checkpoint_coupling, write_topology
+from layergeom.topology.pipeline import coupling_tables, write_topology
 
 
 def henrici(J: np.ndarray) -> float:
@@ -390,7 +390,7 @@ def test_checkpoint_coupling_from_files_uses_the_spectra_henrici(tmp_path):
     spectra = pd.DataFrame({"boundary": names, "henrici": [henrici(jac[b]) for b in names]})
     write_tsv(spectra, tmp_path / "spectra.tsv")
     cfg = _defaults(n_permutations=199)
-    table, by_op, sweep = checkpoint_coupling(
+    table, by_op, sweep = coupling_tables(
         names, paths["graphs"], paths["sweeps"], paths["jacobians"], tmp_path / "spectra.tsv", cfg, seed=3
     )
     direct = coupling_table(
@@ -407,4 +407,4 @@ def test_checkpoint_coupling_from_files_uses_the_spectra_henrici(tmp_path):
     from layergeom.runtime import LayergeomError
 
     with pytest.raises(LayergeomError, match="no henrici"):
-        checkpoint_coupling(names, paths["graphs"], paths["sweeps"], paths["jacobians"], tmp_path / "short.tsv", cfg, 3)
+        coupling_tables(names, paths["graphs"], paths["sweeps"], paths["jacobians"], tmp_path / "short.tsv", cfg, 3)

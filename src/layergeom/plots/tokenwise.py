@@ -234,7 +234,7 @@ def plot_energy_rank(summaries: dict[str, pd.DataFrame], labels: dict):
     return fig
 
 
-def make_figures(
+def draw_figures(
     summaries: dict[str, str],
     anchors: dict[str, str],
     pooled: dict[str, str],

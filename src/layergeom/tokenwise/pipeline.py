@@ -162,7 +162,7 @@ def warn_degenerate(radius, layer: int, k: int) -> int:
     return n
 
 
-def run_fit_layer(activations, layer: int, cfg: dict, *, seed: int, device: str, out_table, out_patches) -> None:
+def write_fits(activations, layer: int, cfg: dict, *, seed: int, device: str, out_table, out_patches) -> None:
     """Rule entry point: :func:`fit_layer` and write both outputs."""
     table, patches = fit_layer(activations, layer, cfg, seed=seed, device=device)
     write_tsv(table, out_table)
@@ -235,7 +235,7 @@ def kl_checkpoint(
     return pd.concat(frames, ignore_index=True)
 
 
-def run_kl_checkpoint(
+def write_kl(
     model_dir, activations, patch_files, *, device: str, out, batch_rows: int, snapshot_s: float | None = None
 ) -> None:
     """Rule entry point: :func:`kl_checkpoint` into ``out``; with ``snapshot_s``, resumable after a kill (the KL
@@ -307,7 +307,7 @@ def summarise(tables: list, kl, cfg: dict, *, seed: int) -> tuple:
     return summary.reset_index(drop=True), anchors, pd.DataFrame(pooled)
 
 
-def run_summarise(tables, kl, cfg: dict, *, seed: int, out_summary, out_anchors, out_pooled) -> None:
+def write_summary(tables, kl, cfg: dict, *, seed: int, out_summary, out_anchors, out_pooled) -> None:
     summary, anchors, pooled = summarise([read_tsv(p) for p in tables], read_tsv(kl), cfg, seed=seed)
     write_tsv(summary, out_summary)
     write_tsv(anchors, out_anchors)

@@ -1,9 +1,9 @@
 """Paper B topology stage, one function per workflow rule: the only module of ``topology`` that touches files.
 
-- :func:`run_topologies` (rule ``topology_graph_<model>``): every boundary's correlation graph, signed-Leiden
+- :func:`write_graphs` (rule ``topology_graph_<model>``): every boundary's correlation graph, signed-Leiden
   communities and participation from the activation store -> ``graphs/{boundary}.tsv``, ``.edges.tsv``,
   ``.sweep.tsv``;
-- :func:`checkpoint_coupling` (``topology_coupling``): ``coupling.tsv``, ``coupling_by_operator.tsv`` and the
+- :func:`write_coupling` (``topology_coupling``): ``coupling.tsv``, ``coupling_by_operator.tsv`` and the
   resolution sweep of one checkpoint.
 """
 
@@ -56,7 +56,7 @@ def write_topology(topo: BoundaryTopology, nodes_path, edges_path, sweep_path) -
     write_tsv(topo.sweep, sweep_path)
 
 
-def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps) -> None:
+def write_graphs(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes, edges, sweeps) -> None:
     """Rule entry point: every boundary's graph and communities of one checkpoint, one file set each.
 
     Resumable after a kill (``layergeom.resume``): each boundary's three files go into ``.partial/`` next to
@@ -97,7 +97,7 @@ def run_topologies(store_dir, boundaries: list[str], cfg: dict, seed: int, nodes
         remove_work(work, lock=lock)
 
 
-def checkpoint_coupling(boundaries, graph_paths, sweep_paths, jacobian_paths, spectra_path, cfg: dict, seed: int):
+def coupling_tables(boundaries, graph_paths, sweep_paths, jacobian_paths, spectra_path, cfg: dict, seed: int):
     """coupling.tsv, its operator-type summary and the resolution sweep of one model checkpoint, from files.
 
     The Henrici departures come from the spectra stage's table (column ``henrici``), computed there once.
@@ -111,3 +111,22 @@ def checkpoint_coupling(boundaries, graph_paths, sweep_paths, jacobian_paths, sp
     table = coupling_table(graphs, jacobians, cfg, seed, henrici_values=spectra.to_dict())
     sweeps = {b: read_tsv(p) for b, p in zip(boundaries, sweep_paths)}
     return table, operator_summary(table), sweep_table(sweeps, jacobians, cfg, seed)
+
+
+def write_coupling(
+    boundaries,
+    graph_paths,
+    sweep_paths,
+    jacobian_paths,
+    spectra_path,
+    cfg: dict,
+    seed: int,
+    *,
+    table,
+    by_operator,
+    sweep,
+) -> None:
+    """The ``topology_coupling`` job: :func:`coupling_tables` written to ``table``, ``by_operator`` and ``sweep``."""
+    tables = coupling_tables(boundaries, graph_paths, sweep_paths, jacobian_paths, spectra_path, cfg, seed)
+    for frame, path in zip(tables, (table, by_operator, sweep)):
+        write_tsv(frame, path)
