@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from ..config import schema_defaults
+
 
 @dataclass(frozen=True)
 class JacobianSettings:
@@ -24,8 +26,6 @@ class JacobianSettings:
     def from_config(cls, spectra: dict) -> JacobianSettings:
         """The Jacobian keys of a ``spectra`` section (other keys are ignored); a key the section lacks takes
         the schema's default (the workflow's sections are validated, so they have every key)."""
-        from ..config import schema_defaults
-
         values = {**schema_defaults("spectra"), **spectra}
         return cls(**{k: values[k] for k in JACOBIAN_KEYS})
 
