@@ -47,10 +47,16 @@ def synthetic(d: int, kind: str, K: int, rng) -> tuple[np.ndarray, np.ndarray]:
     return J, deltas
 
 
-def per_replicate(lin, deltas) -> tuple[float, list]:
-    t0 = time.perf_counter()
-    rows = [lin.replicate(D) for D in deltas]
-    return (time.perf_counter() - t0) / len(deltas), rows
+def interleaved(old, new, deltas) -> tuple[float, float, list, list]:
+    """Median seconds per replicate of each, timed alternately replicate by replicate (the load of the shared
+    machine changes within a case), and the replicates."""
+    t_old, t_new, r_old, r_new = [], [], [], []
+    for D in deltas:
+        for lin, t, r in ((old, t_old, r_old), (new, t_new, r_new)):
+            t0 = time.perf_counter()
+            r.append(lin.replicate(D))
+            t.append(time.perf_counter() - t0)
+    return float(np.median(t_old)), float(np.median(t_new)), r_old, r_new
 
 
 def render(res: dict, out: Path) -> None:
@@ -58,7 +64,7 @@ def render(res: dict, out: Path) -> None:
         "# spectra.tsv: one boundary's linearised replicates, before/after (bench/bench_replicates.py)",
         "",
         f"{res['machine']}, BLAS threads {res['threads']}, {res['K_timed']} replicates timed per case (a table has "
-        "K = n_groups = 16); seconds per replicate; the 1-minute load average after each case (2 shared cores: "
+        "K = n_groups = 16), before and after alternately; median seconds per replicate; the 1-minute load average after each case (2 shared cores: "
         "times scale with it). before: ΔV, Δ[Re x | Im x] and the whole complex r'×r' Yᴴ(ΔX); after: the same two "
         "float32 products, only the diagonal and 2×2 entries of Yᴴ(ΔX). r' = upper modes (one per pair).",
         "",
@@ -96,8 +102,7 @@ def main():
             tol = rank_tolerance(d, "float32", None)
             dec = decompose(J)
             old, new = before.LinearSpectra(J, dec, tol, 64), after.LinearSpectra(J, dec, tol, 64)
-            t_old, r_old = per_replicate(old, deltas)
-            t_new, r_new = per_replicate(new, deltas)
+            t_old, t_new, r_old, r_new = interleaved(old, new, deltas)
             worst = max(abs(a[m] - b[m]) / max(abs(a[m]), 1e-300) for a, b in zip(r_old, r_new) for m in a)
             case = {"d": d, "kind": kind, "henrici": new.henrici, "r_upper": int(new.eigen.upper.sum()),
                     "before_s": t_old, "after_s": t_new, "ratio": t_old / t_new, "max_rel_diff": worst}  # fmt: skip
