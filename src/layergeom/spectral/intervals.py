@@ -19,7 +19,8 @@ sandwich variance of the weighted mean for any group sizes), and the interval is
 θ_(−k) is computed to first order, θ̂ + Dθ[Δ_k], from the full-sample decomposition: the SVD gives δσ_i =
 u_iᵀΔv_i and the first-order rotation of the top-k singular subspaces, the eigenvectors give δλ_i =
 y_iᴴΔx_i / y_iᴴx_i, and products carry a tangent Ċ_n = Δ_n C_{n−1} + M_n Ċ_{n−1}. This costs one or two
-d×d matrix products per replicate instead of a new eigendecomposition and SVD per replicate and boundary
+d×d matrix products per replicate (spectra.tsv: the float32 ΔV and Δ[Re x | Im x], ``linear.LinearSpectra``;
+bench/results/replicates.md) instead of a new eigendecomposition and SVD per replicate and boundary
 (G = 16 exact replicates of SmolLM2's 60 boundaries would cost ≈ 16·60·(0.2 s eig + 0.07 s SVD) ≈ 4.5 min
 per checkpoint; linearised, the intervals add ≈ 20 s to spectra.tsv, ≈ 25 s to cumulative.tsv and ≈ 30 s to
 schur.tsv on one core: bench/bench_intervals.py, bench/results/intervals.md). The jackknife of a smooth statistic is

@@ -73,7 +73,7 @@ class SingularTangents:
     """What the first-order cond, erank, participation ratio and SR_k of J + Δ need from J's SVD."""
 
     s: np.ndarray  # (d,) σ, descending
-    U32: np.ndarray  # (d, d) float32 U
+    Ur: np.ndarray  # (d, d) U rounded to float32, held in float64 (its products with ΔV are float64)
     V32: np.ndarray  # (d, d) float32 V
     rank: int  # numerical rank r
     k: int  # SR over k' = min(k, r), as spectral_metrics
@@ -97,14 +97,15 @@ class SingularTangents:
             Mp = dec.Vh @ dec.U[:, :k]  # (d, k) = Vᵀ U_k
             MM, NN = M[:k] @ M[k:].T, Mp[:k] @ Mp[k:].T
         H, dH = entropy_gradient(dec.s, tol)
-        return cls(s=dec.s, U32=dec.U.astype(np.float32), V32=np.ascontiguousarray(dec.Vh.T, dtype=np.float32),
+        Ur = dec.U.astype(np.float32).astype(np.float64)
+        return cls(s=dec.s, Ur=Ur, V32=np.ascontiguousarray(dec.Vh.T, dtype=np.float32),
                    rank=rank, k=k, m=m, US=dec.U[:, :m] * dec.s[:m], MM=MM, NN=NN,
                    sr=self_realignment(dec.U, dec.Vh, k), H=H, dH=dH)  # fmt: skip
 
     def singular_shifts(self, d32: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ΔV (d, d) float64, δσ_i = u_iᵀ Δ v_i) of a float32 deviation Δ."""
         DV = (d32 @ self.V32).astype(np.float64)  # (d, d) ΔV
-        return DV, np.einsum("ij,ij->j", self.U32, DV)
+        return DV, np.einsum("ij,ij->j", self.Ur, DV)
 
     def cond(self, ds: np.ndarray) -> float:
         s, r = self.s, self.rank
@@ -127,7 +128,7 @@ class SingularTangents:
             return np.nan
         if k >= len(self.s):
             return 1.0
-        cu, cv = subspace_turns(self.U32[:, k:].T @ DV[:, :k], self.U32[:, :k].T @ DV[:, k:], self.s)
+        cu, cv = subspace_turns(self.Ur[:, k:].T @ DV[:, :k], self.Ur[:, :k].T @ DV[:, k:], self.s)
         if np.all(np.isfinite(cu)) and max(np.abs(cu).max(), np.abs(cv).max()) < 0.1:
             return self.sr + float(2.0 / k * np.sum(cu * self.MM + cv * self.NN))
         Uk, Vk = top_subspaces(J1, self.US + DV[:, : self.m], k)
@@ -146,6 +147,8 @@ class EigenTangents:
     x32: np.ndarray  # (d, 2r') float32 [Re x, Im x] of the upper modes' right eigenvectors
     yc: np.ndarray  # (d, r') conjugated left eigenvectors
     ydotx: np.ndarray  # (r',) y_iᴴ x_i
+    pair: np.ndarray  # (pairs,) the upper modes that are the first of a complex pair (λ, conj λ adjacent)
+    y_pair: np.ndarray  # (d, pairs) their left eigenvectors y (not conjugated), contiguous
 
     @classmethod
     def of(cls, dec: Decomposition, tol: float) -> EigenTangents:
@@ -155,11 +158,28 @@ class EigenTangents:
         upper = nz & (lam.imag >= 0)
         x, y = dec.vr[:, upper], dec.vl[:, upper]  # (d, r') right / left eigenvectors
         yc = y.conj()
+        pos = np.flatnonzero(upper)  # position in lam of each upper mode
+        pair = np.flatnonzero((lam[upper].imag > 0) & np.isin(pos + 1, np.flatnonzero(nz & (lam.imag < 0))))
         return cls(lam=lam, nz=nz, upper=upper, kappa=dec.eig_condition, eps=eps,
                    x32=np.concatenate([x.real, x.imag], axis=1).astype(np.float32), yc=yc,
-                   ydotx=np.sum(yc * x, axis=0))  # fmt: skip
+                   ydotx=np.sum(yc * x, axis=0), pair=pair, y_pair=np.ascontiguousarray(y[:, pair]))  # fmt: skip
 
-    def perturbed(self, delta32: np.ndarray) -> np.ndarray:
+    def tangent(self, delta32: np.ndarray) -> np.ndarray:
+        """Δ x_i (d, r') complex128 of the upper modes: one float32 product Δ·[Re x, Im x] (d × d × 2r').
+
+        The zero Im x columns of the real modes stay in: float32 GEMM rounding depends on the number of
+        columns (OpenBLAS), and dropping them would move the replicates' eigenvalues by ~1e-7 relative."""
+        r = int(self.upper.sum())
+        DX = delta32 @ self.x32  # (d, 2r') float32
+        DXc = np.empty((DX.shape[0], r), dtype=np.complex128)
+        DXc.real, DXc.imag = DX[:, :r], DX[:, r:]
+        return DXc
+
+    def coupling(self, DXc: np.ndarray, p: int, q: int) -> complex:
+        """a_pq = y_pᴴ Δ x_q / y_pᴴ x_p, one entry of the projected Δ (upper-mode indices)."""
+        return complex(self.yc[:, p] @ DXc[:, q] / self.ydotx[p])
+
+    def perturbed(self, DXc: np.ndarray) -> np.ndarray:
         """The non-zero modes' eigenvalues of J + Δ (in the order of lam[nz]), to leading order.
 
         First order: δλ_i = y_iᴴ Δ x_i / y_iᴴ x_i. Where Δ can move a mode across the real axis, the first
@@ -168,31 +188,30 @@ class EigenTangents:
         basis): close real eigenvalues, paired with their nearest real neighbour (greedily, smallest gap first),
         may collide into a complex pair (``real_pair_collisions``); a complex pair near the axis, whose block is
         [[μ, a], [ā, μ̄]] for a real Δ, becomes two real eigenvalues Re μ ± √(|a|² − (Im μ)²) when |a| > |Im μ|.
+        Only the diagonal a_ii, these 2×2 entries and a of the pairs are formed (from DXc = Δ x of the upper
+        modes, ``tangent``), never the whole r'×r' matrix.
         """
         lam = self.lam
-        r = int(self.upper.sum())
-        DX = (delta32 @ self.x32).astype(np.float64)  # (d, 2r')
-        DXc = DX[:, :r] + 1j * DX[:, r:]  # (d, r') Δ x_i
-        A = (self.yc.T @ DXc) / self.ydotx[:, None]  # (r', r') a_pq
-        new = lam[self.upper] + np.diagonal(A)
+        new = lam[self.upper] + np.einsum("ji,ji->i", self.yc, DXc) / self.ydotx  # λ_i + a_ii
         full = np.zeros(len(lam), dtype=np.complex128)
         full[self.upper] = new
         lower = self.nz & (lam.imag < 0)  # the conjugates of complex pairs: LAPACK stores λ, conj(λ) adjacent
         idx = np.flatnonzero(lower)
         full[idx] = np.conj(full[idx - 1])
         pos = np.flatnonzero(self.upper)  # position in lam of each upper mode
-        for i, j, e in self.real_pair_collisions(A, new):
+        for i, j, e in self.real_pair_collisions(DXc, new):
             full[pos[i]], full[pos[j]] = e
-        # complex pairs: a = y_iᴴ Δ x̄_i / y_iᴴ x_i (Δ x̄ = conj(Δ x) for a real Δ)
-        pair = np.flatnonzero((lam[self.upper].imag > 0) & np.isin(pos + 1, idx))
-        a = np.sum(self.yc[:, pair] * np.conj(DXc[:, pair]), axis=0) / self.ydotx[pair]  # (pairs,)
+        # complex pairs: a = y_iᴴ Δ x̄_i / y_iᴴ x_i (Δ x̄ = conj(Δ x) for a real Δ), = conj(Σ_j y_ji (Δ x_i)_j)
+        pair = self.pair
+        a = np.conj(np.einsum("ji,ji->i", self.y_pair, DXc[:, pair])) / self.ydotx[pair]  # (pairs,)
         disc = np.abs(a) ** 2 - new[pair].imag ** 2
         for p, dd in zip(pair[disc > 0], disc[disc > 0]):
             full[pos[p]], full[pos[p] + 1] = new[p].real + np.sqrt(dd), new[p].real - np.sqrt(dd)
         return full[self.nz]
 
-    def real_pair_collisions(self, A: np.ndarray, new: np.ndarray):
-        """(i, j, eigenvalues) for the pairs of neighbouring real modes whose 2×2 block has complex eigenvalues."""
+    def real_pair_collisions(self, DXc: np.ndarray, new: np.ndarray):
+        """(i, j, eigenvalues) for the pairs of neighbouring real modes whose 2×2 block has complex eigenvalues
+        (a_ij, a_ji of each pair visited computed from DXc = Δ x)."""
         lam = self.lam[self.upper]
         real = np.flatnonzero(np.abs(lam.imag) == 0)
         if len(real) < 2:
@@ -205,7 +224,8 @@ class EigenTangents:
             if used[a] or used[b]:
                 continue
             i, j = real[a], real[b]
-            e = np.linalg.eigvals(np.array([[new[i], A[i, j]], [A[j, i], new[j]]]))
+            block = [[new[i], self.coupling(DXc, i, j)], [self.coupling(DXc, j, i), new[j]]]
+            e = np.linalg.eigvals(np.array(block))
             if np.iscomplexobj(e) and np.abs(e.imag).max() > 0:
                 used[a] = used[b] = True
                 yield i, j, e
@@ -253,7 +273,7 @@ class LinearSpectra:
         d32 = np.asarray(delta, dtype=np.float32)
         DV, ds = sv.singular_shifts(d32)
         J1 = self.J + np.asarray(delta, dtype=np.float64)
-        lam1 = self.eigen.perturbed(d32)
+        lam1 = self.eigen.perturbed(self.eigen.tangent(d32))
         expa, cplx = self.eigen.mode_fractions(lam1, self.tol, sv.s[0])
         return {
             "cond": sv.cond(ds),

@@ -1,0 +1,104 @@
+"""Recompute spectra.tsv of a finished run with this checkout's ``write_spectra`` and compare it numerically.
+
+For every results/<model>/<checkpoint>/spectra.tsv under RUN (a finished run of the workflow), rebuilds the
+table from that checkpoint's jacobians/ inputs with the settings of CONFIG (validated, the model's overrides
+merged, as the spectra_table rule passes them) into a temporary directory, and compares every numeric cell:
+relative difference |new − old| / max(|old|, tiny), nan where nan, inf where inf. Exits 1 when any cell differs
+by more than --rtol (default 1e-9) or a column or row differs.
+
+    PYTHONPATH=src python bench/table_agreement.py RUN [--config config/test.yaml] [--rtol 1e-9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from layergeom import config as lgconfig  # noqa: E402
+from layergeom.spectral.pipeline import BoundaryFiles, write_spectra  # noqa: E402
+
+
+def recompute(folder: Path, spectra: dict, out: Path) -> pd.DataFrame:
+    """spectra.tsv of one checkpoint folder (its jacobians/ and the old table's boundary order)."""
+    names = pd.read_csv(folder / "spectra.tsv", sep="\t")["boundary"].tolist()
+    jac = folder / "jacobians"
+    files = BoundaryFiles(
+        names,
+        [jac / f"{n}.npy" for n in names],
+        [jac / f"{n}.groups.npy" for n in names],
+        [jac / f"{n}.json" for n in names],
+    )
+    kw = {k: spectra[k] for k in ("sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks")}
+    return write_spectra(files, out / "spectra.tsv", out / "eigenvalues.tsv", **kw)
+
+
+def compare(old: pd.DataFrame, new: pd.DataFrame) -> tuple[float, str, list[str]]:
+    """(max relative difference over the numeric cells, where, problems: column/row/nan/inf mismatches)."""
+    problems = []
+    if list(old.columns) != list(new.columns):
+        problems.append(f"columns differ: {sorted(set(old.columns) ^ set(new.columns))}")
+    if len(old) != len(new) or not (old["boundary"].values == new["boundary"].values).all():
+        problems.append("rows differ")
+        return np.nan, "", problems
+    worst, where = 0.0, ""
+    for col in old.columns:
+        if not pd.api.types.is_numeric_dtype(old[col]):
+            if not (old[col].astype(str).values == new[col].astype(str).values).all():
+                problems.append(f"{col}: text differs")
+            continue
+        a, b = old[col].to_numpy(np.float64), new[col].to_numpy(np.float64)
+        same_special = (np.isnan(a) == np.isnan(b)) & (np.isinf(a) == np.isinf(b))
+        if not same_special.all():
+            problems.append(f"{col}: nan/inf at different rows {np.flatnonzero(~same_special).tolist()}")
+        fin = np.isfinite(a) & np.isfinite(b)
+        if np.any(np.isinf(a) & (a != b)):
+            problems.append(f"{col}: inf of another sign")
+        if fin.any():
+            rel = np.abs(a[fin] - b[fin]) / np.maximum(np.abs(a[fin]), np.finfo(np.float64).tiny)
+            rel = np.where(a[fin] == b[fin], 0.0, rel)
+            i = int(np.argmax(rel))
+            if rel[i] > worst:
+                worst, where = float(rel[i]), f"{col} @ {old['boundary'].to_numpy()[fin][i]}"
+    return worst, where, problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path, help="a finished run's directory (holding results/)")
+    ap.add_argument("--config", type=Path, default=ROOT / "config" / "test.yaml")
+    ap.add_argument("--rtol", type=float, default=1e-9)
+    args = ap.parse_args()
+    cfg = lgconfig.load(args.config)
+    tables = sorted((args.run / "results").glob("*/*/spectra.tsv"))
+    if not tables:
+        sys.exit(f"no results/<model>/<checkpoint>/spectra.tsv under {args.run}")
+    overall, failed = 0.0, False
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in tables:
+            folder = path.parent
+            model = folder.parent.name
+            out = Path(tmp) / model / folder.name
+            out.mkdir(parents=True)
+            recompute(folder, lgconfig.model_section(cfg, model, "spectra"), out)
+            old = pd.read_csv(path, sep="\t")
+            new = pd.read_csv(out / "spectra.tsv", sep="\t")
+            worst, where, problems = compare(old, new)
+            overall = max(overall, worst)
+            bad = problems or not worst <= args.rtol
+            failed |= bool(bad)
+            print(f"{model}/{folder.name}: {len(old)} rows, max rel diff {worst:.3g} ({where})"
+                  + (f"  PROBLEMS: {problems}" if problems else ""))  # fmt: skip
+    print(f"max relative difference over {len(tables)} tables: {overall:.3g} (tolerance {args.rtol:g})")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
