@@ -197,7 +197,8 @@ def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict, n_boundaries
     decomposition = 32 + 16  # left/right eigenvectors (complex128) + U, Vh of the SVD
     if stage == "spectra_table":
         # Δ_k float32; the linearised replicates (LinearSpectra: U, V float32, eigenvectors in float32 and
-        # complex128 ≈ 28) and one replicate's temporaries (ΔV, J + Δ, Δx, the r'×r' block, eigvals(J+Δ) ≈ 60);
+        # complex128 ≈ 28) and one replicate's temporaries (ΔV, J + Δ, Δx, eigvals(J+Δ); 60 counts the r'×r' block
+        # the replicates no longer form, so it over-counts by up to 16);
         # LAPACK's eig holds real and complex vectors at once (+16)
         per_d2 = common + 4 * K + decomposition + 16 + 28 + 60
         return per_d2 * d2 + 100.0 * d * n_boundaries  # + the eigenvalue rows kept for eigenvalues.tsv
