@@ -236,7 +236,7 @@ def test_a_killed_job_resumes_from_its_last_snapshot(tmp_path, monkeypatch, job)
     (folder / "names.json").write_text(json.dumps(files.names))
     whole = tmp_path / "whole" / f"{job}.tsv"
     JOBS[job](folder, whole)  # uninterrupted, no snapshots
-    k = 10 if job == "convergence" else STEPS[job] // 2 + 1  # convergence: resumed inside a subset size (9 = 6 + 3)
+    k = 10 if job == "convergence" else STEPS[job] // 2 + 1  # convergence: resumed inside a boundary (9 = 2·4 + 1)
     out = tmp_path / "run" / f"{job}.tsv"
     script = SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, job=job, folder=str(folder),
                            out=str(out))  # fmt: skip

@@ -693,6 +693,33 @@ def test_table_writers_from_files(tmp_path):
         pipeline.write_cumulative(bad, tmp_path / "x.tsv", **CUMULATIVE_KW)
 
 
+def test_convergence_reads_each_boundarys_group_means_once_and_keeps_the_sizes_apart(tmp_path):
+    from layergeom.io import read_tsv
+    from layergeom.spectral import pipeline
+
+    mats = {f"L{i}.{k}": nonnormal(6, seed=10 * i + j) / 3 for i in range(3) for j, k in enumerate(("attn", "mlp"))}
+    files = write_boundary_files(tmp_path, mats)
+    reads = []
+
+    class Counting(pipeline.BoundaryFiles):
+        def groups(self, name):
+            reads.append(name)
+            return super().groups(name)
+
+    counting = Counting(files.names, *([files._npy[n] for n in files.names], [files._groups[n] for n in files.names],
+                                       [files._meta[n] for n in files.names]))  # fmt: skip
+    kw = CONVERGENCE_KW | {"n_edge": 2, "sr_k": 2, "sizes": [2, 4, 8]}
+    conv = pipeline.write_convergence(counting, tmp_path / "all.tsv", **kw)
+    assert sorted(reads) == sorted(files.names)  # once per boundary for all three subset sizes
+    assert sorted(set(conv["n_groups"])) == [2, 4, 8]
+    whole = read_tsv(tmp_path / "all.tsv")
+    for S in (2, 8):  # each size's rows as a job of that size alone: the chains of the sizes stay apart
+        one = pipeline.write_convergence(files, tmp_path / f"s{S}.tsv", **kw | {"sizes": [S]})
+        assert len(one) and read_tsv(tmp_path / f"s{S}.tsv").equals(
+            whole[whole["n_groups"] == S].reset_index(drop=True)
+        )
+
+
 def test_boundary_jacobians_write_group_means_that_average_to_the_mean(tmp_path):
     import json
 

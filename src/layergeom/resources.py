@@ -222,10 +222,14 @@ def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict, n_boundaries
         boundary = 8 + 16 * 10 + 16 * 2 + 4 * Ks + 8 * Ks + rot + 2 * 8 * Ks + 3 * 8 * Ks + 16 * 4
         return (4 * G + state + boundary) * d2
     if stage == "spectra_convergence":
-        # at S = G groups: the subset's group means (mapped) and their float64 mean, Δ (K = S) and the products'
-        # block deviations (4 blocks), two variants' products with 4 tangents each, an edge boundary's
-        # decomposition and linearised replicates (as spectra_table), a chain step's temporaries
-        per_d2 = common + 4 * G + 4 * 4 + 2 * (8 + 4 * 4) + decomposition + 16 + 28 + 60 + 3 * 4 * 4
+        # at S = G groups: the boundary's first max(S) group means (read once per boundary, copied) and the
+        # subset's float64 mean, Δ (K = S) and the products' block deviations (4 blocks); every subset size's
+        # chains, carried across the boundaries (the boundary-outer loop): two variants' products with ≤ 4
+        # tangents each per size; an edge boundary's decomposition and linearised replicates (as
+        # spectra_table), a chain step's temporaries
+        n_sizes = max(1, convergence_counts(G, n_boundaries, s)[0])
+        chains = n_sizes * 2 * (8 + 4 * 4)
+        per_d2 = common + 4 * G + 4 * 4 + chains + decomposition + 16 + 28 + 60 + 3 * 4 * 4
         return per_d2 * d2
     raise ValueError(f"no memory model for '{stage}'")
 

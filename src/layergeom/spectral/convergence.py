@@ -11,7 +11,8 @@ blocks of them, so at S = G their interval is wider than cumulative.tsv's over e
 - ``cumulative_erank_update``/``_full``: erank of the cumulative operator at full depth, both variants.
 
 A mean over boundaries is a smooth function of the same replicate, so its replicate is the mean of the
-boundaries' replicates. The subsets are read boundary by boundary (memory: one boundary's group means).
+boundaries' replicates. The group means are read once per boundary, every subset size taking its first S groups
+of them (memory: one boundary's group means and, per subset size, one product chain per variant).
 """
 
 from __future__ import annotations
@@ -49,77 +50,96 @@ def convergence_rows(
     whose K tangents cost two d×d products per boundary each, over `product_blocks` blocks of them (as the
     Schur surgery; None: every group).
 
+    The boundaries are the outer loop: each boundary's group means are read once (``files.groups``), every
+    subset size composing its own product chains across the boundaries (the arithmetic of each (size,
+    boundary) as a size-by-size pass).
+
     ``snapshots`` (``layergeom.resume.Snapshots``; default none) resumes after its last snapshot and saves
-    the state as it goes; a step is one boundary of one subset size (the steps of the progress bar). The
+    the state as it goes; a step is one subset size at one boundary (the steps of the progress bar). The
     per-boundary replicates are always linearised (``linear.metric_replicates``).
     """
     names = list(files.names)
     n_edge = max(1, min(int(n_edge), len(names)))
     early, late = names[:n_edge], names[-n_edge:]
     middle = names[len(names) // 2]
-    rows = []
-    nb = len(names)
+    nb, ns = len(names), len(sizes)
+    counts = np.asarray(counts)
+    # per subset size si (the first S groups): its weights and replicates, fixed for the job
+    sub_counts = [counts[np.arange(S)] for S in sizes]
+    reps = [intervals.replicates(c) for c in sub_counts]
+    preps = [intervals.replicates(c, product_blocks) for c in sub_counts]
+    ws = [c / c.sum() for c in sub_counts]
+    # boundary-outer: each boundary's group means are read once, and every subset size takes its first S groups
+    # of them; a step is (boundary, size), step number i·ns + si + 1. The state carries, per size, the edge
+    # boundaries' metrics and one product chain per variant. Memory: ns chains of both variants — C and the
+    # product replicates' tangents, (8 + 4·K)·d² bytes per variant, K ≤ product_blocks — where the size-outer
+    # loop held one size's at a time (resources.spectra_bytes counts them), plus the boundary's first max(S)
+    # group means (4·max(S)·d², as the largest subset before).
+    per = {si: {} for si in range(ns)}  # size -> boundary -> (metrics, replicate metrics)
+    chains = {}  # size -> variant -> ProductChain, from the size's first step on
+    last = {}  # size -> variant -> the final step's (erank, log-norm, replicates)
     restored = snapshots.load()
     done = 0 if restored is None else restored["done"]
     if restored is not None:
-        rows = restored["state"]["rows"]
-    total = len(sizes) * nb
-    bar = progress(total=total, initial=min(done, total), desc="convergence", unit="step")  # step: (size, boundary)
-    for si, S in enumerate(sizes):
-        if (si + 1) * nb <= done:  # this size's rows are in the snapshot
+        st = restored["state"]
+        per, last = st["per"], st["last"]
+        chains = {si: {v: ProductChain.from_state(c) for v, c in ch.items()} for si, ch in st["chains"].items()}
+    total = ns * nb
+    bar = progress(total=total, initial=min(done, total), desc="convergence", unit="step")  # step: (boundary, size)
+    for i, name in enumerate(names):
+        if (i + 1) * ns <= done:  # this boundary's steps are in the snapshot
             continue
-        subset = np.arange(S)
-        sub_counts = np.asarray(counts)[subset]
-        reps = intervals.replicates(sub_counts)
-        preps = intervals.replicates(sub_counts, product_blocks)
-        w = sub_counts / sub_counts.sum()
-        per = {}  # boundary -> (metrics, replicate metrics)
-        chains = {v: ProductChain(0.0) for v in VARIANTS}
-        if restored is not None and done > si * nb:  # part of this size is in the snapshot
-            per = restored["state"]["per"]
-            chains = {v: ProductChain.from_state(c) for v, c in restored["state"]["chains"].items()}
-        last = {}
-        for i, name in enumerate(names):
-            if si * nb + i < done:
+        final = i == nb - 1
+        g_all = np.array(files.groups(name)[: max(sizes, default=0)])  # the one read of the group means: a copy
+        for si, S in enumerate(sizes):
+            if i * ns + si < done:
                 continue
-            g = files.groups(name)[subset]
-            J = np.tensordot(w, np.asarray(g, dtype=np.float64), axes=1)  # (d, d) J̄ of the subset
-            D = intervals.deviations(J, g, sub_counts, reps)
+            g = g_all[:S]
+            J = np.tensordot(ws[si], np.asarray(g, dtype=np.float64), axes=1)  # (d, d) J̄ of the subset
+            D = intervals.deviations(J, g, sub_counts[si], reps[si])
             if name in early or name in late or name == middle:
                 dec = decompose(J)
                 m = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=dec)
-                per[name] = (m, metric_replicates(J, D, tol=tol, sr_k=sr_k, dec=dec, method="linear"))
-            Dp = D if preps.K == reps.K else intervals.deviations(J, g, sub_counts, preps)
-            final = i == len(names) - 1
-            for v, chain in chains.items():
+                per[si][name] = (m, metric_replicates(J, D, tol=tol, sr_k=sr_k, dec=dec, method="linear"))
+            Dp = D if preps[si].K == reps[si].K else intervals.deviations(J, g, sub_counts[si], preps[si])
+            del D
+            chain_s = chains.setdefault(si, {v: ProductChain(0.0) for v in VARIANTS})
+            for v, chain in chain_s.items():
                 if final:
                     chain.floor = tangent_floor(J.shape[0])
-                    last[v] = chain.step(step_operator(J, v), Dp)
+                    last.setdefault(si, {})[v] = chain.step(step_operator(J, v), Dp)
                 else:
                     chain.advance(step_operator(J, v), Dp)
-            if not final:
-                state = {"rows": rows, "per": per, "chains": chains}  # the chains' arrays only when due
-                snapshots.save(
-                    si * nb + i + 1, lambda s=state: {**s, "chains": {v: c.state() for v, c in s["chains"].items()}}
-                )
+            del Dp
+            state = {"per": per, "last": last, "chains": chains}  # the chains' arrays only when due
+            snapshots.save(
+                i * ns + si + 1,
+                lambda s=state: {
+                    **s,
+                    "chains": {k: {v: c.state() for v, c in ch.items()} for k, ch in s["chains"].items()},
+                },
+            )
             bar.update()
-        n = int(sub_counts.sum())
+        del g_all
+    rows = []
+    for si, S in enumerate(sizes):
+        n = int(sub_counts[si].sum())
 
-        def add(metric, value, reps_values, scale, boundaries, weights=reps.weights, n=n, S=S):
+        def add(metric, value, reps_values, scale, boundaries, weights=reps[si].weights, n=n, S=S):
             lo, hi = intervals.jackknife_interval(value, reps_values, weights, ci_level, scale)
             rows.append({"metric": metric, "n_samples": n, "value": value, "ci_low": lo, "ci_high": hi,
                          "n_groups": S, "boundaries": boundaries})  # fmt: skip
 
+        p = per[si]
         for part, bs in (("early", early), ("late", late)):
             for metric in EDGE_METRICS:
-                value = float(np.mean([per[b][0][metric] for b in bs]))
-                reps_values = np.mean([per[b][1][metric] for b in bs], axis=0)
+                value = float(np.mean([p[b][0][metric] for b in bs]))
+                reps_values = np.mean([p[b][1][metric] for b in bs], axis=0)
                 add(f"{metric}_{part}", value, reps_values, "linear", ",".join(bs))
-        add("erank_middle", per[middle][0]["erank"], per[middle][1]["erank"], "log", middle)
+        add("erank_middle", p[middle][0]["erank"], p[middle][1]["erank"], "log", middle)
         for v in VARIANTS:
-            erank, _, reps_values = last[v]
-            add(f"cumulative_erank_{v}", erank, reps_values, "log", f"{names[0]}..{names[-1]}", preps.weights)
-        snapshots.save((si + 1) * nb, lambda: {"rows": rows})
+            erank, _, reps_values = last[si][v]
+            add(f"cumulative_erank_{v}", erank, reps_values, "log", f"{names[0]}..{names[-1]}", preps[si].weights)
     bar.close()
     cols = ["metric", "n_samples", "value", "ci_low", "ci_high", "n_groups", "boundaries"]
     return pd.DataFrame(rows, columns=cols)
