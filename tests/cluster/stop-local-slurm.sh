@@ -5,8 +5,11 @@
 # only if that PID is still alive and still has the expected process name.
 # Daemons that were already running before start-local-slurm.sh (not recorded)
 # are left alone. Jobs still in our cluster are cancelled first (scancel), so
-# no slurmstepd/job processes are left behind. Packages, configs, logs and
-# spool directories are kept (a later start is then ~2-3 s).
+# no slurmstepd/job processes are left behind. Packages, logs and spool
+# directories are kept (a later start is then ~2-3 s); the slurm.conf that
+# start-local-slurm.sh wrote is removed with the controller it describes: with
+# it left behind, every `scontrol show config` waits for the stopped controller
+# (~10 s), and Snakemake's SLURM executor plugin runs that at each start.
 #
 #   stop-local-slurm.sh [DAEMON...]   stop only these (of slurmd slurmctld slurmdbd
 #                                     mariadbd munged), e.g. the ones a caller saw
@@ -71,5 +74,8 @@ for d in "${ALL[@]}"; do wanted "$d" && stop "$d"; done
 for top in /sys/fs/cgroup/*/"slurm_$(hostname -s)"; do
     [ -d "$top" ] && find "$top" -depth -type d -exec rmdir {} \; 2>/dev/null
 done
+if wanted slurmctld && [ -n "$ctld" ] && head -n 1 /etc/slurm/slurm.conf 2>/dev/null | grep -q '^# managed by start-local-slurm.sh'; then
+    rm -f /etc/slurm/slurm.conf && log "removed /etc/slurm/slurm.conf (ours; the next start writes it again)"
+fi
 rmdir "$STATE_DIR" 2>/dev/null || true
 exit 0
