@@ -7,6 +7,7 @@ config for every other model type an adapter lists, so that the contract tests r
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -159,6 +160,42 @@ SLOW_TESTS = {
     "test_resume.py": {"test_a_damaged_activation_store_is_not_resumed", "test_a_killed_job_resumes_from_its_last_snapshot",
                        "test_killed_activation_dump_resumes"},
 }  # fmt: skip
+
+
+# The `dag` marker is kept true at run time: a test that starts Snakemake (a subprocess whose command names
+# snakemake, lg_runs' in-process parse or dry runs) without it fails, so `-m "not dag"` never runs one.
+_RUNNING = {"dag": True}  # is the running test marked `dag` (outside tests: yes)
+
+
+def require_dag_marker(what: str) -> None:
+    if not _RUNNING["dag"]:
+        raise AssertionError(f"this test {what}: mark it `dag` (@pytest.mark.dag; tests/conftest.py)")
+
+
+def _names_snakemake(args) -> bool:
+    tokens = args.split() if isinstance(args, str) else list(args) if isinstance(args, (list, tuple)) else [args]
+    return any(Path(str(t)).name == "snakemake" for t in tokens)
+
+
+class _GuardedPopen(subprocess.Popen):
+    def __init__(self, args, *a, **k):
+        if _names_snakemake(args):
+            require_dag_marker(f"runs Snakemake ({' '.join(map(str, args)) if not isinstance(args, str) else args})")
+        super().__init__(args, *a, **k)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The guard holds through the test's setup too (module fixtures made for it included)."""
+    _RUNNING["dag"] = item.get_closest_marker("dag") is not None
+    real = subprocess.Popen
+    if not _RUNNING["dag"]:
+        subprocess.Popen = _GuardedPopen
+    try:
+        yield
+    finally:
+        subprocess.Popen = real
+        _RUNNING["dag"] = True
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, require_dag_marker
 
 TEST_CONFIG_FILE = ROOT / "config" / "test.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
@@ -37,6 +37,31 @@ def snakemake(workdir: Path, *args, config: Path = TEST_CONFIG_FILE, check: bool
     return res
 
 
+def snakemake_many(runs: list[tuple[Path, Path, tuple]], jobs: int = 2, timeout: float = 1800) -> list[str]:
+    """The stdout of `snakemake -d WORKDIR --configfile CONFIG ARGS...` for each
+    (WORKDIR, CONFIG, ARGS) of `runs`, `jobs` at a time, each forked from one Python that imported Snakemake
+    once (tests/snakemake_forks.py): for many dry runs. A failed command fails the test."""
+    import json
+    import tempfile
+
+    require_dag_marker("runs Snakemake")
+    commands = [snakemake_cmd(wd, *args, config=cfg)[len(SNAKEMAKE) - 2 :] for wd, cfg, args in runs]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "snakemake_forks.py"), str(jobs), tmp],
+            input=json.dumps([list(map(str, c)) for c in commands]), text=True, cwd=ROOT, check=True,
+            timeout=timeout,
+        )  # fmt: skip
+        outs = []
+        for i, c in enumerate(commands):
+            out, rc = Path(tmp, f"{i}.out").read_text(), int(Path(tmp, f"{i}.rc").read_text())
+            if rc != 0:
+                err = Path(tmp, f"{i}.err").read_text()
+                raise AssertionError(f"snakemake {' '.join(map(str, c))} failed:\n{out[-3000:]}\n{err[-6000:]}")
+            outs.append(out)
+    return outs
+
+
 @dataclass(frozen=True)
 class RuleInfo:
     name: str
@@ -46,9 +71,15 @@ class RuleInfo:
     local: bool
 
 
-@cache
 def workflow_rules(config: Path = TEST_CONFIG_FILE) -> tuple[RuleInfo, ...]:
-    """Every rule of the workflow as Snakemake parses it for `config` (paths resolved to absolute)."""
+    """Every rule of the workflow as Snakemake parses it for `config` (paths resolved to absolute; parsed
+    once per session)."""
+    require_dag_marker("parses the workflow with Snakemake")
+    return _workflow_rules(config)
+
+
+@cache
+def _workflow_rules(config: Path) -> tuple[RuleInfo, ...]:
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
 

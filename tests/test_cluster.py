@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, require_dag_marker
 
 from layergeom import fetch, models, names, schedule
 from layergeom.runtime import LayergeomError, gpus_assigned, resolve_device, visible_gpus
@@ -71,6 +71,7 @@ def profile_keys(path: Path) -> dict:
 
 def parse_workflow(config: Path = TEST_CONFIG, *, nodes: int | None = None, overrides: dict | None = None, **res):
     """The parsed workflow's global `gpu`, and per rule its resources, group and conda env."""
+    require_dag_marker("parses the workflow with Snakemake")
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
 

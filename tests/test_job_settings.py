@@ -10,13 +10,12 @@ from __future__ import annotations
 import copy
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import ROOT
-from lg_runs import TEST_CONFIG_FILE, snakemake, workflow_rules
+from lg_runs import TEST_CONFIG_FILE, snakemake, snakemake_many, workflow_rules
 
 from layergeom import config as lgconfig
 from layergeom import jobsettings
@@ -198,7 +197,11 @@ JOB_BLOCK = re.compile(r"^rule (\S+):\n(.*?)(?:\n\n|\Z)", re.S | re.M)
 def scheduled(workdir: Path, config: Path, *args, models: bool = False) -> list[tuple]:
     """(rule, reasons) of every job a dry run of `config` over `workdir` schedules; with `models`, (rule,
     reasons, model) (None for a job of no one model)."""
-    out = snakemake(workdir, "-n", *args, config=config).stdout
+    return scheduled_jobs(snakemake(workdir, "-n", *args, config=config).stdout, models=models)
+
+
+def scheduled_jobs(out: str, models: bool = False) -> list[tuple]:
+    """`scheduled` from the output of a dry run."""
     jobs = []
     for rule, body in JOB_BLOCK.findall(out):
         reason = re.search(r"^\s*reason: (.*)$", body, re.M)
@@ -268,8 +271,8 @@ def test_each_key_reruns_only_its_readers_and_their_dependants(reference_run, ba
         # in the config's order: materialize's params are the model's config, a dict in the file's order
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         cases[key] = path
-    with ThreadPoolExecutor(2) as pool:
-        results = dict(zip(cases, pool.map(lambda p: scheduled(reference_run, p), cases.values())))
+    outs = snakemake_many([(reference_run, path, ("-n",)) for path in cases.values()])
+    results = {key: scheduled_jobs(out) for key, out in zip(cases, outs)}
     problems = {k: p for k in cases if (p := check_key(k, results[k], all_jobs))}
     assert not problems, "\n".join(f"{k}: {'; '.join(p)}" for k, p in problems.items())
     assert results["snapshot_minutes"] == []

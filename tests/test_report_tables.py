@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, require_dag_marker
 
 HEADLINE = {"manifest.json": "Provenance", "spectra.tsv": "Tables", "cumulative.tsv": "Tables",
             "schur.tsv": "Tables", "tokenwise.tsv": "Tables", "coupling.tsv": "Tables"}  # fmt: skip
@@ -14,6 +14,7 @@ HEADLINE = {"manifest.json": "Provenance", "spectra.tsv": "Tables", "cumulative.
 
 def reported_outputs() -> dict[str, tuple[str, Path]]:
     """Every output marked report(...): its pattern -> (category, caption path)."""
+    require_dag_marker("parses the workflow with Snakemake")
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
 
