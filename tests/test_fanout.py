@@ -167,9 +167,9 @@ def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
 JOB = re.compile(r"^rule (\S+):\n(.*?)(?:\n\n|\Z)", re.S | re.M)
 
 
-def _jobs(tmp_path, over: dict | None, width: int | None = None) -> list[dict]:
-    """The jobs of a dry run of config/test.yaml into a fresh folder, with `over` as tiny-gpt2's overrides
-    (and `width` its d_model)."""
+def _jobs(tmp_path, over: dict | None, width: int | None = None, target: str | None = None) -> list[dict]:
+    """The jobs of a dry run of config/test.yaml (written to tmp_path/config.yaml) in tmp_path/run (for
+    `target`, default all), with `over` as tiny-gpt2's overrides (and `width` its d_model)."""
     cfg = yaml.safe_load(TEST_CONFIG_FILE.read_text())
     if over is not None:
         cfg["models"]["tiny-gpt2"]["overrides"] = over
@@ -178,7 +178,7 @@ def _jobs(tmp_path, over: dict | None, width: int | None = None) -> list[dict]:
     tmp_path.mkdir(exist_ok=True)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    out = snakemake(tmp_path / "run", "-n", config=path).stdout
+    out = snakemake(tmp_path / "run", "-n", *([target] if target else []), config=path).stdout
     jobs = []
     for rule, body in JOB.findall(out):
         fields = dict(re.findall(r"^\s*(\w+): (.*)$", body, re.M))
@@ -256,3 +256,24 @@ def test_a_parts_resources_count_its_boundaries_and_the_gather_is_small(tmp_path
     assert int(parts[0]["resources"]["runtime"]) < int(gpt2[0]["resources"]["runtime"])
     assert int(gather[0]["resources"]["mem_mb"]) == R.GATHER_MB
     assert int(gather[0]["resources"]["runtime"]) == R.GATHER_MINUTES
+
+
+# ---- (d) a real run of one model's table, both routes --------------------------------------------------------
+def test_a_fanned_run_writes_the_one_jobs_bytes_and_reruns_nothing_upstream(tmp_path):
+    """tiny-gpt2's spectra.tsv through the one job, then (the tables moved aside) through a part per boundary
+    and the gather in the same folder: only the parts and the gather run (the key reruns nothing upstream),
+    and both tables are the same bytes (~45 s: the model, its store and Jacobians are made once)."""
+    target = "results/tiny-gpt2/init/spectra.tsv"
+    run, one = tmp_path / "run", tmp_path / "one"  # run: _jobs' folder
+    _jobs(tmp_path, None)  # writes tmp_path/config.yaml, the default
+    snakemake(run, target, config=tmp_path / "config.yaml")
+    out = run / "results" / "tiny-gpt2" / "init"
+    one.mkdir()
+    for name in ("spectra.tsv", "eigenvalues.tsv"):
+        (out / name).rename(one / name)
+    fanned = _jobs(tmp_path, {"spectra": {"boundaries_per_job": 1}}, target=target)  # now tmp_path/config.yaml
+    assert sorted(j["rule"] for j in fanned) == ["spectra_table_gather"] + ["spectra_table_part"] * 4
+    res = snakemake(run, target, config=tmp_path / "config.yaml")
+    assert len(re.findall(r"Rule: spectra_table_(?:part|gather)\b", res.stdout + res.stderr)) == 5
+    assert _bytes(out) == _bytes(one) and len(_bytes(one)) == 2
+    assert sorted(p.name for p in (out / "parts" / "spectra").iterdir()) == [f"{k}.pkl" for k in range(4)]
