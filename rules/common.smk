@@ -449,6 +449,55 @@ def spectra_inputs(wildcards):
     }
 
 
+# spectra.boundaries_per_job: the table of a checkpoint in jobs over blocks of consecutive boundaries
+def spectra_blocks(model):
+    """The model's boundaries in blocks of spectra.boundaries_per_job (block k: boundaries[k·n:(k+1)·n]); one
+    block (the table in one job) when the key is null or at least the number of boundaries.
+    """
+    names = boundaries(model)
+    n = section(model, "spectra")["boundaries_per_job"] or len(names)
+    return [names[i : i + n] for i in range(0, len(names), n)]
+
+
+def fanned_models(fanned=True):
+    """The models whose spectra table fans out (more than one block), or (`fanned` False) the others."""
+    return [m for m in MODELS if (len(spectra_blocks(m)) > 1) == fanned]
+
+
+def model_pattern(models):
+    """A wildcard constraint matching exactly these model names (none: nothing)."""
+    return "|".join(map(re.escape, models)) if models else "$^"
+
+
+def spectra_block(wildcards):
+    """The boundaries of a part job's block."""
+    blocks = spectra_blocks(wildcards.model)
+    k = int(wildcards.block)
+    if k >= len(blocks):
+        raise WorkflowError(
+            f"{wildcards.model}: spectra part {k} asked for, but its table has {len(blocks)} blocks"
+        )
+    return blocks[k]
+
+
+def spectra_part_inputs(wildcards):
+    """A part job's Jacobian files: its block's J̄_b, group means and their counts, nothing of other blocks."""
+    m, c = wildcards.model, wildcards.checkpoint
+    jac = f"results/{m}/{c}/jacobians"
+    return {
+        k: [f"{jac}/{b}.{ext}" for b in spectra_block(wildcards)]
+        for k, ext in (("npy", "npy"), ("groups", "groups.npy"), ("meta", "json"))
+    }
+
+
+def spectra_parts(wildcards):
+    """The part files a gather concatenates, in boundary order."""
+    m, c = wildcards.model, wildcards.checkpoint
+    return [
+        f"results/{m}/{c}/parts/spectra/{k}.pkl" for k in range(len(spectra_blocks(m)))
+    ]
+
+
 def spectra_figure_settings(figure, model):
     """A spectra figure's job settings with what it draws: the model's label, checkpoints and boundaries."""
     return {
@@ -523,6 +572,8 @@ from layergeom.modelinfo import configured_source
 from layergeom.resources import (
     FIGURE_MB,
     FIGURE_MINUTES,
+    GATHER_MB,
+    GATHER_MINUTES,
     config_width,
     coupling_mem_mb,
     coupling_runtime_min,
@@ -559,11 +610,19 @@ def spectra_sizes(model, input, n_boundaries=None):
     return d, n_groups, n_boundaries or len(boundaries(model))
 
 
+def _job_boundaries(wildcards):
+    """The boundaries a spectral table job loops over: a part job's block, else all of the model's."""
+    block = getattr(wildcards, "block", None)
+    return len(spectra_block(wildcards)) if block is not None else None
+
+
 def spectra_memory(stage):
-    """mem_mb of a spectral table rule (spectra_table, _cumulative, _schur, _convergence) for this try."""
+    """mem_mb of a spectral table rule (spectra_table and its parts, _cumulative, _schur, _convergence) for
+    this try."""
 
     def mem(wildcards, input, attempt):
-        d, n_groups, nb = spectra_sizes(wildcards.model, input)
+        nb = _job_boundaries(wildcards)
+        d, n_groups, nb = spectra_sizes(wildcards.model, input, nb)
         spectra = section(wildcards.model, "spectra")
         return spectra_mem_mb(stage, d, n_groups, spectra, nb) * attempt
 
@@ -571,14 +630,24 @@ def spectra_memory(stage):
 
 
 def spectra_runtime(stage):
-    """runtime (minutes) of a spectral table rule for this try."""
+    """runtime (minutes) of a spectral table rule for this try (a part job: its block's boundaries)."""
 
     def minutes(wildcards, input, attempt):
-        d, n_groups, nb = spectra_sizes(wildcards.model, input)
+        nb = _job_boundaries(wildcards)
+        d, n_groups, nb = spectra_sizes(wildcards.model, input, nb)
         spectra = section(wildcards.model, "spectra")
         return spectra_runtime_min(stage, d, nb, n_groups, spectra) * attempt
 
     return minutes
+
+
+def gather_memory(wildcards, attempt):
+    """The gather of a fanned-out table: its parts' rows and two TSVs."""
+    return GATHER_MB * attempt
+
+
+def gather_runtime(wildcards, attempt):
+    return GATHER_MINUTES * attempt
 
 
 def topology_sizes(model, input):

@@ -41,6 +41,9 @@ for _m in MODELS:
 
 
 # ---- tables ---------------------------------------------------------------------------------------
+# spectra.tsv and eigenvalues.tsv: one job per checkpoint, or (spectra.boundaries_per_job smaller than the
+# model's boundaries) a part job per block of consecutive boundaries and a gather; the model constraints make
+# exactly one of the two routes write a model's tables.
 rule spectra_table:
     input:
         unpack(spectra_inputs),
@@ -51,6 +54,8 @@ rule spectra_table:
         "logs/spectra_table/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/spectra_table/{model}/{checkpoint}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models(False)),
     conda:
         torch_env()
     threads: job_threads()
@@ -62,6 +67,59 @@ rule spectra_table:
         settings=lambda wc: job_settings("spectra_table", wc.model),
     script:
         "../scripts/spectra_table.py"
+
+
+# One block's rows and eigenvalues, pickled as computed (lossless; the gather writes the TSVs). Not temp():
+# the parts hold about 50·d bytes per boundary (13 MB per checkpoint at d = 4096), and a re-gather then costs
+# seconds instead of the blocks' hours (a part is remade only when its own inputs, params or code change).
+rule spectra_table_part:
+    input:
+        unpack(spectra_part_inputs),
+    output:
+        "results/{model}/{checkpoint}/parts/spectra/{block}.pkl",
+    log:
+        "logs/spectra_table_part/{model}/{checkpoint}/{block}.log",
+    benchmark:
+        "benchmarks/spectra_table_part/{model}/{checkpoint}/{block}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+        block=r"\d+",
+    conda:
+        torch_env()
+    threads: job_threads()
+    resources:
+        mem_mb=spectra_memory("spectra_table"),
+        runtime=spectra_runtime("spectra_table"),
+    params:
+        boundaries=spectra_block,
+        settings=lambda wc: job_settings("spectra_table_part", wc.model),
+    script:
+        "../scripts/spectra_table_part.py"
+
+
+# The gather runs in the parts' env: the pickled rows hold numpy scalars, read back by the numpy that wrote them.
+rule spectra_table_gather:
+    input:
+        parts=spectra_parts,
+    output:
+        table=table_report("results/{model}/{checkpoint}/spectra.tsv", "spectra"),
+        eigenvalues="results/{model}/{checkpoint}/eigenvalues.tsv",
+    log:
+        "logs/spectra_table_gather/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_table_gather/{model}/{checkpoint}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+    conda:
+        torch_env()
+    resources:
+        mem_mb=gather_memory,
+        runtime=gather_runtime,
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        settings=lambda wc: job_settings("spectra_table_gather", wc.model),
+    script:
+        "../scripts/spectra_table_gather.py"
 
 
 rule spectra_cumulative:

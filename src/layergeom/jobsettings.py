@@ -63,6 +63,13 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     # ---- Paper B: spectra ----
     "spectra_jacobians": (*_MODEL_RUN, *_keys("spectra", *JACOBIAN_KEYS)),
     "spectra_table": (*_keys("spectra", "sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks"),),
+    # spectra.boundaries_per_job below the model's boundaries fans the table out: a part job per block (the
+    # key says which boundaries it computes) and a gather (no setting: it concatenates the parts); with one
+    # block spectra_table runs, which does not read the key (a run without it does not rerun)
+    "spectra_table_part": (
+        *_keys("spectra", "sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks", "boundaries_per_job"),
+    ),
+    "spectra_table_gather": (),
     "spectra_cumulative": ("spectra.ci_level", "spectra.ci_blocks"),
     "spectra_schur": (
         "seed",

@@ -101,6 +101,11 @@ UNKNOWN_MINUTES = 60
 #: the figure and trend jobs: small tables and one matplotlib figure
 FIGURE_MB = 2000
 FIGURE_MINUTES = 15
+#: the gather of a fanned-out spectra table (spectra.boundaries_per_job): it unpickles its parts' rows and
+#: eigenvalue frames (about 50·d bytes per boundary pickled, a few times that in memory: 13 MB pickled at
+#: d = 4096 and 64 boundaries) and writes two TSVs
+GATHER_MB = MIN_MB
+GATHER_MINUTES = MIN_MINUTES
 
 #: seconds per boundary of each stage at its default settings as (c2, c3): c2·d² + c3·d³, fitted over d = 256,
 #: 512, 768 (convergence: per boundary and subset size, and the extra of an edge boundary); a graph's seconds as

@@ -3,7 +3,9 @@
 - :func:`boundary_jacobians` (rule ``spectra_jacobians_<model>``): J̄_b of every boundary from the activation
   store -> ``jacobians/{boundary}.npy``, the sample-group means ``{boundary}.groups.npy``, what was averaged
   ``{boundary}.json`` and the per-sample summaries ``{boundary}.tsv`` (resumable after a crash);
-- :func:`write_spectra` (``spectra_table``): ``spectra.tsv`` and ``eigenvalues.tsv``;
+- :func:`write_spectra` (``spectra_table``): ``spectra.tsv`` and ``eigenvalues.tsv``; fanned out over blocks of
+  boundaries, :func:`write_spectra_part` (``spectra_table_part``) per block and :func:`gather_spectra`
+  (``spectra_table_gather``);
 - :func:`write_cumulative` (``spectra_cumulative``): ``cumulative.tsv``;
 - :func:`write_schur` (``spectra_schur``): ``schur.tsv``;
 - :func:`write_convergence` (``spectra_convergence``): ``convergence.tsv``.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -349,10 +352,9 @@ def snapshots_for(files: BoundaryFiles, out, what: str, settings: dict, every_s:
     return Snapshots.for_job(out, what, files.paths(), settings, every_s)
 
 
-def write_spectra(
+def spectra_rows(
     files: BoundaryFiles,
-    out_tsv,
-    out_eigenvalues=None,
+    out,
     *,
     sr_k: int,
     dtype: str,
@@ -360,12 +362,17 @@ def write_spectra(
     ci_level: float,
     ci_method: str,
     ci_blocks: int | None,
+    eigenvalues: bool = True,
     snapshot_s: float | None = None,
-) -> pd.DataFrame:
-    """spectra.tsv (with jackknife intervals over the sample groups) and the eigenvalues, boundary by boundary:
-    each boundary's ``spectra_row``, then its intervals (``linear.spectra_intervals``).
+    what: str = "spectra",
+) -> tuple[list[dict], list[pd.DataFrame], np.ndarray, Snapshots]:
+    """The spectra.tsv rows and eigenvalue frames of `files`' boundaries in depth order, with the group counts
+    they were computed with: each boundary's ``spectra_row``, then its intervals (``linear.spectra_intervals``).
 
-    ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``).
+    ``snapshot_s``: save the rows done so far every that many seconds next to `out` (the file the caller
+    writes), and resume from them (``resume``), as `what` (the snapshot's and its lock's name in the work
+    folder: jobs working beside each other in one folder need their own). Returns (rows, eigenvalue frames, counts, the snapshots): the
+    caller clears the snapshots once its output is written.
     """
     counts = files.counts()
     reps = _replicates(counts, ci_blocks, "spectra.tsv")
@@ -373,8 +380,8 @@ def write_spectra(
         log.info("intervals: %s jackknife over %d replicates of %d groups (%s samples), level %g",
                  ci_method, reps.K, len(counts), int(counts.sum()), ci_level)  # fmt: skip
     settings = {"sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol, "ci_level": ci_level, "ci_method": ci_method,
-                "ci_blocks": ci_blocks, "eigenvalues": out_eigenvalues is not None}  # fmt: skip
-    snap = snapshots_for(files, out_tsv, "spectra", settings, snapshot_s)
+                "ci_blocks": ci_blocks, "eigenvalues": eigenvalues}  # fmt: skip
+    snap = snapshots_for(files, out, what, settings, snapshot_s)
     last = snap.load()
     rows, eig = (last["state"]["rows"], last["state"]["eig"]) if last else ([], [])
     done = last["done"] if last else 0
@@ -394,12 +401,106 @@ def write_spectra(
         log.info("%s: rank %d of %d, %d non-zero modes, cond %.4g [%.4g, %.4g]", name, row["numerical_rank"],
                  J.shape[0], row["n_modes"], row["cond"], row["cond_ci_low"], row["cond_ci_high"])  # fmt: skip
         snap.save(i + 1, lambda: {"rows": rows, "eig": eig})
+    return rows, eig, counts, snap
+
+
+def write_spectra_tables(rows: list[dict], eig: list[pd.DataFrame], out_tsv, out_eigenvalues=None) -> pd.DataFrame:
+    """spectra.tsv (the rows, ``order_columns``) and eigenvalues.tsv (the frames, concatenated) of a checkpoint."""
     table = order_columns(pd.DataFrame(rows))
     write_tsv(table, out_tsv)
     if out_eigenvalues is not None:
         write_tsv(pd.concat(eig, ignore_index=True), out_eigenvalues)
+    return table
+
+
+def write_spectra(
+    files: BoundaryFiles,
+    out_tsv,
+    out_eigenvalues=None,
+    *,
+    sr_k: int,
+    dtype: str,
+    rank_tol: float | None,
+    ci_level: float,
+    ci_method: str,
+    ci_blocks: int | None,
+    snapshot_s: float | None = None,
+) -> pd.DataFrame:
+    """spectra.tsv (with jackknife intervals over the sample groups) and the eigenvalues, boundary by boundary
+    (:func:`spectra_rows`, :func:`write_spectra_tables`): the table job of a checkpoint in one job.
+
+    ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``).
+    """
+    rows, eig, _, snap = spectra_rows(
+        files, out_tsv, sr_k=sr_k, dtype=dtype, rank_tol=rank_tol, ci_level=ci_level, ci_method=ci_method,
+        ci_blocks=ci_blocks, eigenvalues=out_eigenvalues is not None, snapshot_s=snapshot_s,
+    )  # fmt: skip
+    table = write_spectra_tables(rows, eig, out_tsv, out_eigenvalues)
     snap.clear()
     return table
+
+
+#: the format of a spectra part file (``write_spectra_part``), checked by the gather
+PART_FORMAT = 1
+
+
+def write_spectra_part(
+    files: BoundaryFiles,
+    out_part,
+    *,
+    sr_k: int,
+    dtype: str,
+    rank_tol: float | None,
+    ci_level: float,
+    ci_method: str,
+    ci_blocks: int | None,
+    snapshot_s: float | None = None,
+) -> None:
+    """One block of a checkpoint's boundaries (rule ``spectra_table_part``): the rows and eigenvalue frames of
+    :func:`spectra_rows` pickled as they are (the Python objects the single job turns into the tables, so the
+    gather writes the same bytes) with the boundaries and the group counts, for :func:`gather_spectra`.
+
+    ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``); the
+    parts of a checkpoint share their work folder (``parts/spectra/.partial/``), each with its own snapshot.
+    """
+    rows, eig, counts, snap = spectra_rows(
+        files, out_part, sr_k=sr_k, dtype=dtype, rank_tol=rank_tol, ci_level=ci_level, ci_method=ci_method,
+        ci_blocks=ci_blocks, eigenvalues=True, snapshot_s=snapshot_s, what=f"spectra_part_{Path(out_part).stem}",
+    )  # fmt: skip
+    part = {"format": PART_FORMAT, "boundaries": list(files.names), "counts": [int(c) for c in counts],
+            "rows": rows, "eigenvalues": eig}  # fmt: skip
+    with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
+        pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    snap.clear()
+
+
+def gather_spectra(parts: list, boundaries: list[str], out_tsv, out_eigenvalues=None) -> pd.DataFrame:
+    """spectra.tsv and eigenvalues.tsv of a checkpoint from its parts (rule ``spectra_table_gather``), in
+    boundary order: byte for byte what :func:`write_spectra` writes in one job.
+
+    The parts must cover `boundaries` in order, each once, and share one grouping of the samples (the group
+    counts every part's intervals were computed with, as :meth:`BoundaryFiles.counts` checks in one job).
+    """
+    rows, eig, names, first = [], [], [], None
+    for path in parts:
+        with open(path, "rb") as fh:
+            part = pickle.load(fh)
+        if not isinstance(part, dict) or part.get("format") != PART_FORMAT:
+            raise LayergeomError(f"{path}: not a spectra part of this version; rerun its spectra_table_part job")
+        if first is None:
+            first = (path, part["counts"])
+        elif part["counts"] != first[1]:
+            raise LayergeomError(
+                f"{path}: group_counts {part['counts']} differ from {first[0]}'s {first[1]}; the intervals need one "
+                "grouping of the samples per checkpoint: rerun the Jacobian job"
+            )
+        names += part["boundaries"]
+        rows += part["rows"]
+        eig += part["eigenvalues"]
+    if names != list(boundaries):
+        raise LayergeomError(f"the spectra parts {[str(p) for p in parts]} hold boundaries {names}, not the "
+                             f"checkpoint's {list(boundaries)} in order; rerun the spectra_table_part jobs")  # fmt: skip
+    return write_spectra_tables(rows, eig, out_tsv, out_eigenvalues)
 
 
 def write_cumulative(

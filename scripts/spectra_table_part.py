@@ -1,0 +1,17 @@
+from layergeom.spectral.pipeline import BoundaryFiles, write_spectra_part
+from layergeom.workflow import job, snapshot_seconds
+
+sm = snakemake  # noqa: F821
+cfg = sm.params.settings["spectra"]
+with job(sm, threads=sm.threads):
+    write_spectra_part(
+        BoundaryFiles(sm.params.boundaries, sm.input.npy, sm.input.groups, sm.input.meta),
+        sm.output[0],
+        sr_k=cfg["sr_k"],
+        dtype=cfg["dtype"],
+        rank_tol=cfg["rank_tol"],
+        ci_level=cfg["ci_level"],
+        ci_method=cfg["ci_method"],
+        ci_blocks=cfg["ci_blocks"],
+        snapshot_s=snapshot_seconds(sm),
+    )

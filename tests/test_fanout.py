@@ -1,0 +1,279 @@
+"""The spectra table fanned out over blocks of boundaries (spectra.boundaries_per_job): a part job per block
+and a gather write the same bytes as the one job per checkpoint (layergeom.spectral.pipeline), a killed part
+resumes from its snapshot, and the DAG has the parts and the gather only where the key asks for them."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from conftest import ROOT
+from lg_runs import TEST_CONFIG_FILE, snakemake
+from test_spectral import SPECTRA_KW, nonnormal, write_boundary_files
+
+from layergeom import resume
+from layergeom.runtime import LayergeomError
+
+KW = SPECTRA_KW | {"sr_k": 2}  # the defaults, as scripts/spectra_table*.py pass them; k capped for d = 6
+NAMES = [f"L{i}.{k}" for i in range(4) for k in ("attn", "mlp")][:7]  # 7 boundaries: blocks of 3 leave one
+
+
+def _mats(names=NAMES):
+    return {b: nonnormal(6, seed=10 + i) / 3 for i, b in enumerate(names)}
+
+
+def _files(folder, names):
+    from layergeom.spectral.pipeline import BoundaryFiles
+
+    return BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
+
+
+def _fanned(folder, out, n, **kw):
+    """spectra.tsv and eigenvalues.tsv through the parts of n boundaries and the gather (as the rules do)."""
+    from layergeom.spectral import pipeline
+
+    blocks = [NAMES[i : i + n] for i in range(0, len(NAMES), n)]
+    parts = [out.parent / "parts" / f"{k}.pkl" for k in range(len(blocks))]
+    for block, part in zip(blocks, parts):
+        pipeline.write_spectra_part(_files(folder, block), part, **KW | kw)
+    pipeline.gather_spectra(parts, NAMES, out / "spectra.tsv", out / "eigenvalues.tsv")
+    return parts
+
+
+def _single(folder, out, **kw):
+    from layergeom.spectral import pipeline
+
+    pipeline.write_spectra(_files(folder, NAMES), out / "spectra.tsv", out / "eigenvalues.tsv", **KW | kw)
+
+
+def _bytes(out) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.glob("*.tsv"))}
+
+
+@pytest.fixture
+def jac(tmp_path):
+    folder = tmp_path / "jac"
+    folder.mkdir()
+    write_boundary_files(folder, _mats())
+    return folder
+
+
+# ---- (a) parts + gather == one job, byte for byte ---------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 3, 7])
+@pytest.mark.parametrize("ci_method", ["linear", "exact"])
+def test_parts_and_gather_write_the_single_jobs_bytes(jac, tmp_path, n, ci_method):
+    _single(jac, tmp_path / "one", ci_method=ci_method)
+    _fanned(jac, tmp_path / "fan", n, ci_method=ci_method)
+    one, fan = _bytes(tmp_path / "one"), _bytes(tmp_path / "fan")
+    assert set(one) == {"spectra.tsv", "eigenvalues.tsv"}
+    assert fan == one
+    assert one["spectra.tsv"].count(b"\n") == len(NAMES) + 1  # a row per boundary: the comparison has content
+
+
+def test_one_group_writes_nan_intervals_in_both_routes(tmp_path):
+    """One sample group: no replicates (nan intervals, as in one job) in every part."""
+    folder = tmp_path / "jac"
+    folder.mkdir()
+    write_boundary_files(folder, _mats(), counts=np.array([9]))
+    _single(folder, tmp_path / "one")
+    _fanned(folder, tmp_path / "fan", 3)
+    assert _bytes(tmp_path / "fan") == _bytes(tmp_path / "one")
+    assert b"\tnan" in _bytes(tmp_path / "one")["spectra.tsv"]
+
+
+def test_parts_with_other_group_counts_are_refused_by_the_gather(tmp_path):
+    """Each part checks the counts of its own boundaries; the gather checks that the parts agree (one job
+    checks every boundary: both routes refuse the same Jacobian files)."""
+    folder = tmp_path / "jac"
+    folder.mkdir()
+    mats = _mats()
+    write_boundary_files(folder, dict(list(mats.items())[:3]), counts=np.full(8, 5))
+    write_boundary_files(folder, dict(list(mats.items())[3:]), counts=np.array([4, 6] * 4))
+    with pytest.raises(LayergeomError, match="group_counts"):
+        _single(folder, tmp_path / "one")
+    with pytest.raises(LayergeomError, match="group_counts .* differ from"):
+        _fanned(folder, tmp_path / "fan", 3)
+    assert not (tmp_path / "fan" / "spectra.tsv").exists()
+
+
+def test_the_gather_refuses_parts_out_of_order_or_missing(jac, tmp_path):
+    from layergeom.spectral import pipeline
+
+    parts = _fanned(jac, tmp_path / "fan", 3)
+    out = tmp_path / "bad"
+    with pytest.raises(LayergeomError, match="in order"):
+        pipeline.gather_spectra([parts[1], parts[0], parts[2]], NAMES, out / "spectra.tsv", out / "eig.tsv")
+    with pytest.raises(LayergeomError, match="in order"):
+        pipeline.gather_spectra(parts[:2], NAMES, out / "spectra.tsv", out / "eig.tsv")
+    assert not out.exists() or not list(out.glob("*.tsv"))
+
+
+# ---- (b) a killed part resumes from its snapshot -----------------------------------------------------------
+SETUP = """
+import os, signal, sys
+sys.path[:0] = [{src!r}, {tests!r}]
+from pathlib import Path
+from layergeom import resume
+from layergeom.spectral import pipeline
+from test_fanout import KW, _files
+real, calls = resume.Snapshots.save, []
+def save(self, done, state, force=False):
+    calls.append(done)
+    if len(calls) == {k}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, done, state, force)
+resume.Snapshots.save = save
+pipeline.write_spectra_part(_files(Path({folder!r}), {block!r}), Path({part!r}), snapshot_s=0, **KW)
+"""
+
+
+def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
+    from layergeom.spectral import pipeline
+
+    _single(jac, tmp_path / "one")
+    n, k = 3, 2  # the middle block (L1.mlp, L2.attn, L2.mlp), killed before its 2nd snapshot is written
+    parts = [tmp_path / "fan" / "parts" / f"{b}.pkl" for b in range(3)]
+    blocks = [NAMES[i : i + n] for i in range(0, len(NAMES), n)]
+    for b in (0, 2):
+        pipeline.write_spectra_part(_files(jac, blocks[b]), parts[b], snapshot_s=0, **KW)
+    script = SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, folder=str(jac), block=blocks[1],
+                          part=str(parts[1]))  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    partial = parts[1].parent / resume.PARTIAL
+    assert not parts[1].exists() and [p.name for p in partial.glob("*.snapshot.npz")] == ["spectra_part_1.snapshot.npz"]
+    calls, real = [], resume.Snapshots.save
+
+    def save(self, done, state, force=False):
+        calls.append(done)
+        return real(self, done, state, force)
+
+    monkeypatch.setattr(resume.Snapshots, "save", save)
+    pipeline.write_spectra_part(_files(jac, blocks[1]), parts[1], snapshot_s=0, **KW)
+    assert calls == [2, 3]  # the saved first boundary was not computed again
+    pipeline.gather_spectra(parts, NAMES, tmp_path / "fan" / "spectra.tsv", tmp_path / "fan" / "eigenvalues.tsv")
+    assert _bytes(tmp_path / "fan") == _bytes(tmp_path / "one")
+    assert not partial.exists()  # the work folder is gone
+
+
+# ---- (c) the DAG: parts and a gather only where the key asks -------------------------------------------------
+JOB = re.compile(r"^rule (\S+):\n(.*?)(?:\n\n|\Z)", re.S | re.M)
+
+
+def _jobs(tmp_path, over: dict | None, width: int | None = None, target: str | None = None) -> list[dict]:
+    """The jobs of a dry run of config/test.yaml (written to tmp_path/config.yaml) in tmp_path/run (for
+    `target`, default all), with `over` as tiny-gpt2's overrides (and `width` its d_model)."""
+    cfg = yaml.safe_load(TEST_CONFIG_FILE.read_text())
+    if over is not None:
+        cfg["models"]["tiny-gpt2"]["overrides"] = over
+    if width is not None:
+        cfg["models"]["tiny-gpt2"]["hf_config"] |= {"n_embd": width, "model_type": "gpt2"}  # read at DAG time
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out = snakemake(tmp_path / "run", "-n", *([target] if target else []), config=path).stdout
+    jobs = []
+    for rule, body in JOB.findall(out):
+        fields = dict(re.findall(r"^\s*(\w+): (.*)$", body, re.M))
+        wildcards = dict(w.split("=", 1) for w in fields.get("wildcards", "").split(", ") if "=" in w)
+        resources = dict(r.split("=", 1) for r in fields.get("resources", "").split(", ") if "=" in r)
+        jobs.append({"rule": rule, "wildcards": wildcards, "input": fields.get("input", "").split(", "),
+                     "output": fields.get("output", "").split(", "), "resources": resources})  # fmt: skip
+    return jobs
+
+
+def _table_jobs(jobs, model):
+    return sorted((j["rule"], j["wildcards"].get("block")) for j in jobs
+                  if j["rule"].startswith("spectra_table") and j["wildcards"].get("model") == model)  # fmt: skip
+
+
+def test_the_default_dag_has_one_table_job_per_checkpoint(tmp_path):
+    jobs = _jobs(tmp_path, None)
+    table = [j for j in jobs if j["rule"].startswith("spectra_table")]
+    checkpoints = {
+        (j["wildcards"]["model"], j["wildcards"]["checkpoint"]) for j in jobs if j["rule"] == "spectra_cumulative"
+    }
+    assert sorted((j["rule"], j["wildcards"]["model"], j["wildcards"]["checkpoint"]) for j in table) == sorted(
+        ("spectra_table", m, c) for m, c in checkpoints
+    )
+    assert len(checkpoints) > 1 and not any("/parts/" in o for j in jobs for o in j["output"])
+
+
+@pytest.mark.parametrize("n", [1, 3, 4])
+def test_boundaries_per_job_fans_out_one_models_table(tmp_path, n):
+    from layergeom.names import boundaries_for
+
+    names = boundaries_for("gpt2", 2)  # tiny-gpt2: 2 layers, its one checkpoint `init`
+    jobs = _jobs(tmp_path, {"spectra": {"boundaries_per_job": n}})
+    blocks = [names[i : i + n] for i in range(0, len(names), n)]
+    if len(blocks) == 1:  # as many as its boundaries: today's one job
+        assert _table_jobs(jobs, "tiny-gpt2") == [("spectra_table", None)]
+        return
+    assert _table_jobs(jobs, "tiny-gpt2") == sorted(
+        [("spectra_table_gather", None)] + [("spectra_table_part", str(k)) for k in range(len(blocks))]
+    )
+    jac = "results/tiny-gpt2/init/jacobians"
+    for j in jobs:
+        if j["rule"] == "spectra_table_part":  # reads its block's Jacobian files, no other boundary's
+            want = [
+                f"{jac}/{b}.{e}" for e in ("npy", "groups.npy", "json") for b in blocks[int(j["wildcards"]["block"])]
+            ]
+            assert j["input"] == want
+            assert j["output"] == [f"results/tiny-gpt2/init/parts/spectra/{j['wildcards']['block']}.pkl"]
+        if j["rule"] == "spectra_table_gather":
+            assert j["input"] == [f"results/tiny-gpt2/init/parts/spectra/{k}.pkl" for k in range(len(blocks))]
+            assert set(j["output"]) == {"results/tiny-gpt2/init/spectra.tsv", "results/tiny-gpt2/init/eigenvalues.tsv"}
+    for other in ("tiny-neox", "tiny-llama"):  # the other models keep one job per checkpoint
+        assert {r for r, _ in _table_jobs(jobs, other)} == {"spectra_table"}
+
+
+def test_a_parts_resources_count_its_boundaries_and_the_gather_is_small(tmp_path):
+    """At d = 4096 (tiny-gpt2 made that wide: its width is read from its config) a part asks for the runtime
+    and memory of its one boundary, the single job for its four (layergeom.resources); the gather asks for
+    the fixed GATHER_MB and GATHER_MINUTES."""
+    from schema_defaults import SPECTRA
+
+    from layergeom import resources as R
+
+    d, n_boundaries = 4096, 4
+    single = [j for j in _jobs(tmp_path / "one", None, d) if j["rule"] == "spectra_table"]
+    fanned = _jobs(tmp_path / "fan", {"spectra": {"boundaries_per_job": 1}}, d)
+    gpt2 = [j for j in single if j["wildcards"]["model"] == "tiny-gpt2"]
+    parts = [j for j in fanned if j["rule"] == "spectra_table_part"]
+    gather = [j for j in fanned if j["rule"] == "spectra_table_gather"]
+    assert len(gpt2) == 1 and len(parts) == n_boundaries and len(gather) == 1
+    G = SPECTRA["n_groups"]
+    for job, nb in [(gpt2[0], n_boundaries)] + [(p, 1) for p in parts]:
+        assert int(job["resources"]["runtime"]) == R.spectra_runtime_min("spectra_table", d, nb, G, SPECTRA)
+        assert int(job["resources"]["mem_mb"]) == R.spectra_mem_mb("spectra_table", d, G, SPECTRA, nb)
+    assert int(parts[0]["resources"]["runtime"]) < int(gpt2[0]["resources"]["runtime"])
+    assert int(gather[0]["resources"]["mem_mb"]) == R.GATHER_MB
+    assert int(gather[0]["resources"]["runtime"]) == R.GATHER_MINUTES
+
+
+# ---- (d) a real run of one model's table, both routes --------------------------------------------------------
+def test_a_fanned_run_writes_the_one_jobs_bytes_and_reruns_nothing_upstream(tmp_path):
+    """tiny-gpt2's spectra.tsv through the one job, then (the tables moved aside) through a part per boundary
+    and the gather in the same folder: only the parts and the gather run (the key reruns nothing upstream),
+    and both tables are the same bytes (~45 s: the model, its store and Jacobians are made once)."""
+    target = "results/tiny-gpt2/init/spectra.tsv"
+    run, one = tmp_path / "run", tmp_path / "one"  # run: _jobs' folder
+    _jobs(tmp_path, None)  # writes tmp_path/config.yaml, the default
+    snakemake(run, target, config=tmp_path / "config.yaml")
+    out = run / "results" / "tiny-gpt2" / "init"
+    one.mkdir()
+    for name in ("spectra.tsv", "eigenvalues.tsv"):
+        (out / name).rename(one / name)
+    fanned = _jobs(tmp_path, {"spectra": {"boundaries_per_job": 1}}, target=target)  # now tmp_path/config.yaml
+    assert sorted(j["rule"] for j in fanned) == ["spectra_table_gather"] + ["spectra_table_part"] * 4
+    res = snakemake(run, target, config=tmp_path / "config.yaml")
+    assert len(re.findall(r"Rule: spectra_table_(?:part|gather)\b", res.stdout + res.stderr)) == 5
+    assert _bytes(out) == _bytes(one) and len(_bytes(one)) == 2
+    assert sorted(p.name for p in (out / "parts" / "spectra").iterdir()) == [f"{k}.pkl" for k in range(4)]
