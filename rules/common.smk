@@ -630,7 +630,7 @@ def spectra_memory(stage):
 
 
 def spectra_runtime(stage):
-    """runtime (minutes) of a spectral table rule for this try (a part job: its block's boundaries)."""
+    """runtime (minutes) of a spectral table rule for this try (a part job counts its block's boundaries)."""
 
     def minutes(wildcards, input, attempt):
         nb = _job_boundaries(wildcards)

@@ -142,6 +142,7 @@ def test_profile_memory_and_runtime_grow_with_the_attempt(profile):
         assert checked >= 1, f"{profile}: {where} sets neither memory nor runtime"
 
 
+@pytest.mark.dag
 def test_rule_memory_and_runtime_grow_with_the_attempt():
     from types import SimpleNamespace
 
@@ -158,6 +159,7 @@ def test_rule_memory_and_runtime_grow_with_the_attempt():
     assert rules["tokenwise_fit"]["resources"]["runtime"].is_evaluable()
 
 
+@pytest.mark.dag
 def test_profile_examples_name_real_rules_and_groups():
     """set-resources names rules of config/papers.yaml (the per-model Jacobian rules included); group-components
     names the fits' group as the rule declares it (one cluster job per model and checkpoint)."""
@@ -186,6 +188,7 @@ def test_profile_examples_name_real_rules_and_groups():
         ("", "cpu", 100, 1, 0),
     ],
 )
+@pytest.mark.dag
 def test_gpu_tags_and_the_local_gpu_limit(monkeypatch, cvd, device, nodes, want_global, want_tag):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
     gpu, rules = parse_workflow(nodes=nodes, overrides={"device": device})
@@ -195,6 +198,7 @@ def test_gpu_tags_and_the_local_gpu_limit(monkeypatch, cvd, device, nodes, want_
     assert all(t <= gpu for t in tags.values()), "a job would wait for a GPU that is not there"
 
 
+@pytest.mark.dag
 def test_gpu_limit_given_on_the_command_line_is_kept(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     gpu, rules = parse_workflow(overrides={"device": "auto"}, gpu=1)
@@ -281,6 +285,7 @@ def test_torch_envs_differ_only_in_the_torch_build():
     assert any(p.startswith("torch==2.13.0+cpu") for p in pip1) and not any("+cpu" in p for p in pip2)
 
 
+@pytest.mark.dag
 def test_conda_torch_selects_the_cuda_env_for_every_model_rule():
     _, cpu = parse_workflow()
     _, cuda = parse_workflow(overrides={"conda_torch": "cuda"})
@@ -304,6 +309,7 @@ def _blocker(path: Path, modules: list[str]) -> Path:
     return path
 
 
+@pytest.mark.dag
 @pytest.mark.parametrize("config", [TEST_CONFIG, PAPERS], ids=lambda p: p.name)
 def test_dag_builds_and_lints_without_torch(tmp_path, config):
     env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocked", HEAVY))}
@@ -487,6 +493,7 @@ def test_download_then_materialize_reads_only_local_files(tmp_path, monkeypatch)
     assert not (tmp_path / "m" / "again").exists()
 
 
+@pytest.mark.dag
 def test_downloads_are_local_rules():
     sys.path.insert(0, str(ROOT / "tests" / "cluster"))
     from check_slurm_run import local_rules
@@ -544,6 +551,7 @@ def test_materialize_memory_covers_the_measured_peaks():
     assert materialize_mem_mb(8_030_261_248, "float32") < 45_000  # Llama-3.1-8B: was 72 GB in the profile
 
 
+@pytest.mark.dag
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_materialize_asks_for_the_memory_of_its_weights(tmp_path, dtype):
     """A local checkpoint of 10^9 parameters (a sparse file): the materialize job of the DAG asks for

@@ -298,6 +298,7 @@ def distribution_of(import_name: str) -> str:
 
 
 # ---- the tests --------------------------------------------------------------------------------------
+@pytest.mark.dag
 def test_every_rule_names_an_existing_env(rules):
     problems = []
     for r in rules:
@@ -321,6 +322,7 @@ def test_every_rule_names_an_existing_env(rules):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.dag
 def test_script_imports_are_provided_by_the_rule_env(rules):
     """Each rule's env lists (by name) every distribution its script's import closure needs."""
     problems = []
@@ -347,6 +349,7 @@ def _allowed(spec: SpecifierSet, v: Version) -> bool:
     return spec.contains(v, prereleases=True)
 
 
+@pytest.mark.dag
 def test_envs_agree_with_pyproject(rules):
     """Every package an env's rules import is a pyproject dependency, and no version bound of an env contradicts
     pyproject's: a version an env names and allows is allowed by pyproject, and a lower bound of pyproject is

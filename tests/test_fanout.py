@@ -194,6 +194,7 @@ def _table_jobs(jobs, model):
                   if j["rule"].startswith("spectra_table") and j["wildcards"].get("model") == model)  # fmt: skip
 
 
+@pytest.mark.dag
 def test_the_default_dag_has_one_table_job_per_checkpoint(tmp_path):
     jobs = _jobs(tmp_path, None)
     table = [j for j in jobs if j["rule"].startswith("spectra_table")]
@@ -206,6 +207,7 @@ def test_the_default_dag_has_one_table_job_per_checkpoint(tmp_path):
     assert len(checkpoints) > 1 and not any("/parts/" in o for j in jobs for o in j["output"])
 
 
+@pytest.mark.dag
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_boundaries_per_job_fans_out_one_models_table(tmp_path, n):
     from layergeom.names import boundaries_for
@@ -234,6 +236,7 @@ def test_boundaries_per_job_fans_out_one_models_table(tmp_path, n):
         assert {r for r, _ in _table_jobs(jobs, other)} == {"spectra_table"}
 
 
+@pytest.mark.dag
 def test_a_parts_resources_count_its_boundaries_and_the_gather_is_small(tmp_path):
     """At d = 4096 (tiny-gpt2 made that wide: its width is read from its config) a part asks for the runtime
     and memory of its one boundary, the single job for its four (layergeom.resources); the gather asks for
@@ -259,6 +262,7 @@ def test_a_parts_resources_count_its_boundaries_and_the_gather_is_small(tmp_path
 
 
 # ---- (d) a real run of one model's table, both routes --------------------------------------------------------
+@pytest.mark.dag
 def test_a_fanned_run_writes_the_one_jobs_bytes_and_reruns_nothing_upstream(tmp_path):
     """tiny-gpt2's spectra.tsv through the one job, then (the tables moved aside) through a part per boundary
     and the gather in the same folder: only the parts and the gather run (the key reruns nothing upstream),

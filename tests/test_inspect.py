@@ -125,6 +125,7 @@ def test_complete_model_fills_in_and_refuses(tmp_path):
     assert c["family"] == "gpt2"
 
 
+@pytest.mark.dag
 def test_workflow_infers_family_and_layers_and_refuses_a_wrong_family_at_dag_time(tmp_path):
     tiny_model("gpt2").save_pretrained(tmp_path / "g")
     local = {"source": "local", "path": str(tmp_path / "g"), "checkpoints": {"trained": {}},

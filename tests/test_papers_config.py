@@ -71,6 +71,7 @@ def test_papers_models_and_checkpoints(papers):
     assert "stage1-step0" in olmo and len(olmo) == 4  # init and the three checkpoints of Paper B, step 0 included
 
 
+@pytest.mark.dag
 def test_papers_dag_fans_out_offline(papers, dry_run):
     """Per-checkpoint and per-layer job counts equal what the config implies."""
     models = papers["models"]

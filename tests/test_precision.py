@@ -242,6 +242,7 @@ def _dry_run(tmp_path, activations: dict, *targets, overrides: dict | None = Non
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 
+@pytest.mark.dag
 def test_store_is_temp_only_when_not_kept(tmp_path):
     removed = re.compile(r"Would remove temporary output (results/\S+/activations)$", re.M)
     kept = _dry_run(tmp_path, {})
@@ -254,6 +255,7 @@ def test_store_is_temp_only_when_not_kept(tmp_path):
     assert set(removed.findall(dropped.stdout + dropped.stderr)) == expect
 
 
+@pytest.mark.dag
 def test_dag_refuses_stages_whose_boundaries_were_not_kept(tmp_path):
     res = _dry_run(tmp_path, {"boundaries": "block_inputs"})
     assert res.returncode != 0
@@ -263,6 +265,7 @@ def test_dag_refuses_stages_whose_boundaries_were_not_kept(tmp_path):
     assert re.search(r"^activations\s+1$", ok.stdout, re.M)
 
 
+@pytest.mark.dag
 def test_per_model_store_overrides_build_and_keep_is_global(tmp_path):
     over = _dry_run(tmp_path, {}, "results/tiny-llama/init/activations", overrides={"dtype": "bfloat16"})
     assert over.returncode == 0, over.stderr[-3000:]

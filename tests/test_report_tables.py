@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, require_dag_marker
 
 HEADLINE = {"manifest.json": "Provenance", "spectra.tsv": "Tables", "cumulative.tsv": "Tables",
@@ -37,6 +38,7 @@ def reported_outputs() -> dict[str, tuple[str, Path]]:
     return out
 
 
+@pytest.mark.dag
 def test_the_report_carries_manifests_and_headline_tables():
     reported = reported_outputs()
     for name, category in HEADLINE.items():

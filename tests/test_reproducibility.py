@@ -288,9 +288,7 @@ def resumed_run(tmp_path_factory) -> Resumed:
     have finished and one is being written, then unlocked and rerun with --rerun-incomplete."""
     wd = tmp_path_factory.mktemp("resumed_run")
     log = open(wd.parent / f"{wd.name}.first.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        snakemake_cmd(wd), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    proc = subprocess.Popen(snakemake_cmd(wd), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 1800
     try:
         while True:

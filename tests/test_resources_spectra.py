@@ -172,6 +172,7 @@ def papers_jobs(tmp_path_factory):
     return dry_run_jobs(res.stdout + res.stderr)
 
 
+@pytest.mark.dag
 def test_every_spectra_and_topology_job_declares_memory_and_runtime(papers_jobs):
     jobs = [(r, w, res) for r, w, res in papers_jobs if SPECTRA_TOPOLOGY.match(r)]
     rules = {r for r, _, _ in jobs}
@@ -185,6 +186,7 @@ def test_every_spectra_and_topology_job_declares_memory_and_runtime(papers_jobs)
             assert int(res.get("runtime", 0)) > 0, (rule, wc, res)
 
 
+@pytest.mark.dag
 def test_d4096_schur_job_asks_for_more_than_its_state(papers_jobs):
     schur = [res for r, w, res in papers_jobs if r == "spectra_schur" and w.get("model") == "llama-3.1-8b"]
     assert schur

@@ -261,6 +261,7 @@ def test_eigenvalue_metrics_are_spectra_tsv_values_at_every_alpha():
 
 
 # ---- configuration ------------------------------------------------------------------------------------
+@pytest.mark.dag
 def test_schur_orders_key_and_the_test_configs_dry_run(tmp_path):
     from conftest import TEST_CONFIG
 

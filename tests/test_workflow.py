@@ -272,6 +272,7 @@ def test_no_work_folder_is_left_behind(reference_run):
         assert any(f"{what}: snapshot after " in t for t in logs), what
 
 
+@pytest.mark.dag
 def test_config_typo_stops_before_any_job(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((ROOT / "config" / "test.yaml").read_text().replace("window_tokens:", "window_tokns:"))
@@ -282,6 +283,7 @@ def test_config_typo_stops_before_any_job(tmp_path):
     assert not (tmp_path / "wd" / "results").exists()
 
 
+@pytest.mark.dag
 def test_default_config_dry_run(tmp_path):
     """The default DAG (embedded SmolLM2, trained + init) builds without touching the network."""
     res = subprocess.run([*SNAKEMAKE, "-d", str(tmp_path), "-n", "--cores", "2"], capture_output=True, text=True)
