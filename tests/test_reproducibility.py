@@ -252,11 +252,21 @@ def test_added_checkpoint_runs_only_its_jobs(reference_run, tmp_path):
 KILL_AFTER_JOBS = 5  # finished jobs before the kill; the kill waits for a job in flight too
 
 
-def _incomplete(workdir: Path) -> set[str]:
-    """Outputs Snakemake has marked as being written (.snakemake/incomplete/<base64 of the path>)."""
-    d = workdir / ".snakemake" / "incomplete"
+def _marked(workdir: Path, kind: str) -> set[str]:
+    """The paths of .snakemake/<kind>/<base64 of the path>."""
+    d = workdir / ".snakemake" / kind
     names = [f.name for f in d.iterdir() if f.is_file()] if d.is_dir() else []
     return {base64.urlsafe_b64decode(n + "=" * (-len(n) % 4)).decode() for n in names}
+
+
+def _incomplete(workdir: Path) -> set[str]:
+    """Outputs Snakemake has marked as being written."""
+    return _marked(workdir, "incomplete")
+
+
+def _finished(workdir: Path) -> set[str]:
+    """Outputs of finished jobs (Snakemake keeps their metadata; a job's undeclared side files have none)."""
+    return _marked(workdir, "metadata") - _incomplete(workdir)
 
 
 def _files(workdir: Path) -> dict[str, int]:
@@ -274,7 +284,7 @@ class Resumed:
     workdir: Path
     done_at_kill: int
     incomplete_at_kill: set[str]
-    files_at_kill: dict[str, int]
+    files_at_kill: dict[str, int]  # the finished jobs' outputs (an interrupted job's side files may be rewritten)
     rerun_log: str
 
 
@@ -308,7 +318,9 @@ def resumed_run(tmp_path_factory) -> Resumed:
         proc.wait()
         log.close()
     time.sleep(1)  # let the killed jobs' processes go
-    incomplete, files = _incomplete(wd), _files(wd)
+    incomplete, finished = _incomplete(wd), _finished(wd)
+    dirs = tuple(f.rstrip("/") + "/" for f in finished)
+    files = {f: t for f, t in _files(wd).items() if f in finished or f.startswith(dirs)}  # the finished outputs
     snakemake(wd, "--unlock")
     res = snakemake(wd, "--rerun-incomplete", "-q")
     return Resumed(wd, done, incomplete, files, res.stdout + res.stderr)
