@@ -15,6 +15,7 @@ import pytest
 import yaml
 from conftest import ROOT
 from lg_runs import TEST_CONFIG_FILE, snakemake
+from test_resume import KILL_AT_SNAPSHOT
 from test_spectral import SPECTRA_KW, nonnormal, write_boundary_files
 
 from layergeom import resume
@@ -115,22 +116,15 @@ def test_the_gather_refuses_parts_out_of_order_or_missing(jac, tmp_path):
 
 
 # ---- (b) a killed part resumes from its snapshot -----------------------------------------------------------
-SETUP = """
-import os, signal, sys
-sys.path[:0] = [{src!r}, {tests!r}]
+SETUP = (
+    KILL_AT_SNAPSHOT
+    + """
 from pathlib import Path
-from layergeom import resume
 from layergeom.spectral import pipeline
 from test_fanout import KW, _files
-real, calls = resume.Snapshots.save, []
-def save(self, done, state, force=False):
-    calls.append(done)
-    if len(calls) == {k}:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return real(self, done, state, force)
-resume.Snapshots.save = save
 pipeline.write_spectra_part(_files(Path({folder!r}), {block!r}), Path({part!r}), snapshot_s=0, **KW)
 """
+)
 
 
 def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):

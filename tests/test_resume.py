@@ -137,11 +137,10 @@ def test_job_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
 # any kind runs), and once more here, resuming. Every snapshot is taken (snapshot_s=0); the kill comes
 # before the K-th snapshot is written, i.e. after step K was computed but not saved.
 
-SETUP = """
+# the start of a child's script: SIGKILL itself at its {k}-th snapshot (tests/test_fanout.py uses it too)
+KILL_AT_SNAPSHOT = """
 import os, signal, sys
 sys.path[:0] = [{src!r}, {tests!r}]
-import numpy as np
-from test_resume import JOBS
 from layergeom import resume
 real, calls = resume.Snapshots.save, []
 def save(self, done, state, force=False):
@@ -150,9 +149,16 @@ def save(self, done, state, force=False):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, done, state, force)
 resume.Snapshots.save = save
+"""
+SETUP = (
+    KILL_AT_SNAPSHOT
+    + """
+import numpy as np
+from test_resume import JOBS
 from pathlib import Path
 JOBS[{job!r}](Path({folder!r}), Path({out!r}), snapshot_s=0)
 """
+)
 
 
 def _boundary_files(folder):
