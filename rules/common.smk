@@ -403,6 +403,15 @@ def torch_env():
     ]
 
 
+def graphs_torch_env():
+    """The conda env of the graph jobs (torch for the correlations, igraph and leidenalg for the communities):
+    with a CPU or (`conda_torch: cuda`) a CUDA build of torch."""
+    return {
+        "cpu": "../envs/graphs-torch.yaml",
+        "cuda": "../envs/graphs-torch-cuda.yaml",
+    }[config["conda_torch"]]
+
+
 def job_threads():
     return config["threads"] or 2
 
@@ -671,12 +680,14 @@ def topology_graph_memory(model):
     return mem
 
 
-def topology_graph_runtime(model):
-    """runtime (minutes) of a model's graph job for this try."""
+def topology_graph_runtime(model, n_boundaries=None):
+    """runtime (minutes) of a model's graph job for this try; `n_boundaries`: those the job computes (a block's,
+    spectra.boundaries_per_job), default all of the model's."""
 
     def minutes(wildcards, input, attempt):
         d, tokens = topology_sizes(model, input)
-        return topology_graph_runtime_min(d, tokens, len(boundaries(model))) * attempt
+        nb = n_boundaries or len(boundaries(model))
+        return topology_graph_runtime_min(d, tokens, nb) * attempt
 
     return minutes
 
