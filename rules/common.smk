@@ -444,8 +444,11 @@ def spectra_jacobians(model, checkpoint, ext):
     return boundary_files(model, checkpoint, "jacobians", ext)
 
 
-def topology_graphs(model, checkpoint, ext):
-    return boundary_files(model, checkpoint, "graphs", ext)
+def topology_graphs(model, checkpoint, ext, block=None):
+    """A checkpoint's graph files, or (`block`: a list of boundaries) those of one block's graph job."""
+    if block is None:
+        return boundary_files(model, checkpoint, "graphs", ext)
+    return [f"results/{model}/{checkpoint}/graphs/{b}.{ext}" for b in block]
 
 
 def spectra_inputs(wildcards):

@@ -17,10 +17,6 @@ localrules:
     coupling_significant_layers,
 
 
-def graph_files(model, block, ext):
-    return [f"results/{model}/{{checkpoint}}/graphs/{b}.{ext}" for b in block]
-
-
 for _m in MODELS:
     _blocks = spectra_blocks(_m)
     for _k, _block in enumerate(_blocks):
@@ -36,9 +32,9 @@ for _m in MODELS:
             input:
                 activations=activations_for("topology", _m),
             output:
-                nodes=graph_files(_m, _block, "tsv"),
-                edges=graph_files(_m, _block, "edges.tsv"),
-                sweep=graph_files(_m, _block, "sweep.tsv"),
+                nodes=topology_graphs(_m, "{checkpoint}", "tsv", _block),
+                edges=topology_graphs(_m, "{checkpoint}", "edges.tsv", _block),
+                sweep=topology_graphs(_m, "{checkpoint}", "sweep.tsv", _block),
             log:
                 f"logs/topology_graph/{_m}/{_tag}.log",
             benchmark:

@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,8 +21,10 @@ from ..io import read_tsv, write_tsv
 from ..resume import WorkLock, item_done, job_key, machine_id, mark_done, remove_work, work_dir
 from ..runtime import LayergeomError, progress
 from ..store import ActivationStore
-from .communities import BoundaryTopology, boundary_topology
 from .coupling import coupling_table, operator_summary, sweep_table
+
+if TYPE_CHECKING:
+    from .communities import BoundaryTopology
 
 log = logging.getLogger("layergeom")
 
@@ -44,6 +47,8 @@ class LazyArrays(Mapping):
 
 def store_topology(store, boundary: str, cfg: dict, seed: int, device: str = "cpu") -> BoundaryTopology:
     """``boundary_topology`` of one boundary of an activation store (or its directory), over its non-BOS tokens."""
+    from .communities import boundary_topology  # here: the coupling job imports this module and runs no torch
+
     store = store if isinstance(store, ActivationStore) else ActivationStore(store)
     if boundary not in store.boundaries:
         raise LayergeomError(f"boundary {boundary} is not in the activation store {store.path} ({store.boundaries})")
