@@ -403,6 +403,15 @@ def torch_env():
     ]
 
 
+def graphs_torch_env():
+    """The conda env of the graph jobs (torch for the correlations, igraph and leidenalg for the communities):
+    with a CPU or (`conda_torch: cuda`) a CUDA build of torch."""
+    return {
+        "cpu": "../envs/graphs-torch.yaml",
+        "cuda": "../envs/graphs-torch-cuda.yaml",
+    }[config["conda_torch"]]
+
+
 def job_threads():
     return config["threads"] or 2
 
@@ -435,8 +444,11 @@ def spectra_jacobians(model, checkpoint, ext):
     return boundary_files(model, checkpoint, "jacobians", ext)
 
 
-def topology_graphs(model, checkpoint, ext):
-    return boundary_files(model, checkpoint, "graphs", ext)
+def topology_graphs(model, checkpoint, ext, block=None):
+    """A checkpoint's graph files, or (`block`: a list of boundaries) those of one block's graph job."""
+    if block is None:
+        return boundary_files(model, checkpoint, "graphs", ext)
+    return [f"results/{model}/{checkpoint}/graphs/{b}.{ext}" for b in block]
 
 
 def spectra_inputs(wildcards):
@@ -671,12 +683,14 @@ def topology_graph_memory(model):
     return mem
 
 
-def topology_graph_runtime(model):
-    """runtime (minutes) of a model's graph job for this try."""
+def topology_graph_runtime(model, n_boundaries=None):
+    """runtime (minutes) of a model's graph job for this try; `n_boundaries`: those the job computes (a block's,
+    spectra.boundaries_per_job), default all of the model's."""
 
     def minutes(wildcards, input, attempt):
         d, tokens = topology_sizes(model, input)
-        return topology_graph_runtime_min(d, tokens, len(boundaries(model))) * attempt
+        nb = n_boundaries or len(boundaries(model))
+        return topology_graph_runtime_min(d, tokens, nb) * attempt
 
     return minutes
 

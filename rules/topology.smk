@@ -6,6 +6,11 @@
 # job, so per-boundary jobs spent half of a small model's topology time starting Python (and flooded a
 # SLURM queue with 60-second jobs for large ones). The outputs stay one file per boundary; the boundary
 # list is known from the config, so each model gets its own rule with the exact list of outputs.
+#
+# spectra.boundaries_per_job smaller than the model's boundaries fans the graphs out like the spectra table:
+# one rule per block of consecutive boundaries (topology_graph_<model>_block<k>, block k: boundaries[k·n:
+# (k+1)·n]), each writing exactly its boundaries' files. The files are the same per-boundary outputs, so
+# there is no gather; with one block the model keeps its one rule, unchanged (a finished run does not rerun).
 
 
 localrules:
@@ -13,31 +18,39 @@ localrules:
 
 
 for _m in MODELS:
+    _blocks = spectra_blocks(_m)
+    for _k, _block in enumerate(_blocks):
+        _fanned = len(_blocks) > 1
+        _name = per_model_rule("topology_graph", _m) + (
+            f"_block{_k}" if _fanned else ""
+        )
+        _tag = f"{{checkpoint}}/{_k}" if _fanned else "{checkpoint}"
 
-    rule:
-        name:
-            per_model_rule("topology_graph", _m)
-        input:
-            activations=activations_for("topology", _m),
-        output:
-            nodes=topology_graphs(_m, "{checkpoint}", "tsv"),
-            edges=topology_graphs(_m, "{checkpoint}", "edges.tsv"),
-            sweep=topology_graphs(_m, "{checkpoint}", "sweep.tsv"),
-        log:
-            f"logs/topology_graph/{_m}/{{checkpoint}}.log",
-        benchmark:
-            f"benchmarks/topology_graph/{_m}/{{checkpoint}}.tsv"
-        conda:
-            "../envs/graphs.yaml"
-        threads: job_threads()
-        resources:
-            mem_mb=topology_graph_memory(_m),
-            runtime=topology_graph_runtime(_m),
-        params:
-            boundaries=boundaries(_m),
-            settings=job_settings("topology_graph", _m),
-        script:
-            "../scripts/topology_graph.py"
+        rule:
+            name:
+                _name
+            input:
+                activations=activations_for("topology", _m),
+            output:
+                nodes=topology_graphs(_m, "{checkpoint}", "tsv", _block),
+                edges=topology_graphs(_m, "{checkpoint}", "edges.tsv", _block),
+                sweep=topology_graphs(_m, "{checkpoint}", "sweep.tsv", _block),
+            log:
+                f"logs/topology_graph/{_m}/{_tag}.log",
+            benchmark:
+                f"benchmarks/topology_graph/{_m}/{_tag}.tsv"
+            conda:
+                graphs_torch_env()
+            threads: job_threads()
+            resources:
+                mem_mb=topology_graph_memory(_m),
+                runtime=topology_graph_runtime(_m, len(_block)),
+            params:
+                **({"block": _k} if _fanned else {}),
+                boundaries=_block,
+                settings=job_settings("topology_graph", _m),
+            script:
+                "../scripts/topology_graph.py"
 
 
 rule topology_coupling:

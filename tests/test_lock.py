@@ -124,7 +124,8 @@ def test_env_lists_its_locked_closure_with_hashes(env):
     locked = {(e.name, e.marker): e for path in FILES for e in lock.read(path)}
     (pypi_torch,) = [e for e in lock.read(lock.TORCH_PYPI) if e.name == "torch"]
     for e in entries:
-        if env == "torch" and e.name == "torch" and "+cpu" not in e.version:  # PyPI's CPU build, macOS and Windows
+        cpu_env = lock.torch_flavour(env) == "cpu"
+        if cpu_env and e.name == "torch" and "+cpu" not in e.version:  # PyPI's CPU build, macOS and Windows
             assert (e.version, e.hashes) == (pypi_torch.version, pypi_torch.hashes)
             assert "linux" not in e.marker
             continue
@@ -136,10 +137,10 @@ def test_env_lists_its_locked_closure_with_hashes(env):
     allof = lock.read(lock.LOCK) + lock.read(lock.TORCH_PYPI)
     for e in allof:
         for parent in map(lock.canon, e.via):
-            cuda_of_cpu_torch = env == "torch" and parent == "torch" and lock.CUDA_ONLY.match(e.name)
+            cuda_of_cpu_torch = lock.torch_flavour(env) == "cpu" and parent == "torch" and lock.CUDA_ONLY.match(e.name)
             if parent in names and not cuda_of_cpu_torch:
                 assert e.name in names, f"{env}: {parent} needs {e.name}, which the env lacks"
-    assert ("--extra-index-url " + lock.TORCH_CPU_INDEX in pip) == (env == "torch")
+    assert ("--extra-index-url " + lock.TORCH_CPU_INDEX in pip) == (lock.torch_flavour(env) == "cpu")
 
 
 def test_check_installed_sees_a_wrong_version_and_an_extra_package(monkeypatch):

@@ -60,6 +60,62 @@ def _factor_data(rng, n, groups, signs=None, noise=1.0):
 
 
 # ---- correlations and graphs --------------------------------------------------------------------
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not _cuda_available(), reason="no CUDA device"))]
+
+
+def _numpy_correlation(x: np.ndarray) -> np.ndarray:
+    """Pearson r of the columns of x (n, d) in one float64 pass of numpy: centred by the exact mean, the
+    cross-products by matmul, scaled by the standard deviations (an independent reference)."""
+    xc = x.astype(np.float64) - x.astype(np.float64).mean(axis=0)
+    m2 = xc.T @ xc
+    sd = np.sqrt(np.diag(m2))
+    return m2 / np.outer(sd, sd)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_streamed_correlation_on_a_device_matches_numpy(tmp_path, device):
+    """The torch path (float64 accumulation on `device`) against an independent numpy computation: <= 1e-10
+    (the correlations are in [-1, 1]) over several chunks, a mask and a massive coordinate mean."""
+    rng = np.random.default_rng(11)
+    n, d = 2501, 48
+    x = (rng.normal(size=(n, d)) @ rng.normal(size=(d, d))).astype(np.float32)
+    x[:, 5] += 3e3  # a massive activation: the streamed centring must not lose it
+    np.save(tmp_path / "s.npy", x)
+    states = np.load(tmp_path / "s.npy", mmap_mode="r")
+    mask = rng.random(n) > 0.1
+    want = _numpy_correlation(x[mask])
+    for chunk in (97, 1000, 4096):
+        got = streamed_correlation(states, mask, chunk_tokens=chunk, device=device)
+        assert got.dtype == np.float64 and got.shape == (d, d)
+        err = np.abs(got - want).max()
+        assert err <= 1e-10, (chunk, err)
+        assert np.all(np.diag(got) == 1.0)
+    # the test can fail: a float32 accumulation misses by far more than the tolerance
+    x32 = x[mask] - x[mask].mean(axis=0)
+    m32 = x32.T @ x32
+    assert np.abs(m32 / np.sqrt(np.outer(np.diag(m32), np.diag(m32))) - want).max() > 1e-10
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_correlation_graph_on_a_device_is_the_cpu_graph(device):
+    """Same input, same graph on every device: edges, signs and (to 1e-10) weights."""
+    rng = np.random.default_rng(12)
+    x = _factor_data(rng, 1500, np.repeat([0, 1, 2], [10, 12, 8]), np.tile([1.0, -1.0], 15), noise=1.5)
+    cpu = correlation_graph(x, None, k=6, chunk_tokens=400)
+    got = correlation_graph(x, None, k=6, chunk_tokens=400, device=device)
+    np.testing.assert_array_equal(got.src, cpu.src)
+    np.testing.assert_array_equal(got.dst, cpu.dst)
+    np.testing.assert_allclose(got.r, cpu.r, rtol=0, atol=1e-10)
+    want = _numpy_correlation(x)
+    np.testing.assert_allclose(got.r, want[got.src, got.dst], rtol=0, atol=1e-10)
+
+
 def test_streamed_correlation_equals_corrcoef_on_a_memmap(tmp_path):
     rng = np.random.default_rng(0)
     n, d = 1003, 17

@@ -57,7 +57,10 @@ ENV_ROOTS = {
     "torch": ["numpy", "scipy", "pandas", "pyyaml", "jsonschema", "tqdm", "pyarrow", "torch", "transformers",
               "tokenizers", "safetensors", "accelerate", "gguf", "datasets"],
 }  # fmt: skip
-ENV_ROOTS["torch-cuda"] = ENV_ROOTS["torch"]
+ENV_ROOTS["graphs-torch"] = [*ENV_ROOTS["graphs"], "torch"]  # the graph jobs: correlations in torch, then Leiden
+# an env whose roots hold torch has a CPU build of it, or, its name ending in -cuda, PyPI's (CUDA) build
+for _env in ("torch", "graphs-torch"):
+    ENV_ROOTS[f"{_env}-cuda"] = ENV_ROOTS[_env]
 # what a fresh venv brings: never uninstalled (both are locked too, so install.sh replaces them by the lock's)
 VENV_SEED = {"pip", "setuptools"}
 
@@ -274,13 +277,20 @@ def compile_lock(uv: str, cpu_wheels: list[Path]) -> None:
 
 
 # ---- envs -------------------------------------------------------------------------------------------
+def torch_flavour(env: str) -> str | None:
+    """The torch build of an env: None (no torch), "cuda" (PyPI's, its name ending in -cuda) or "cpu"."""
+    if "torch" not in ENV_ROOTS[env]:
+        return None
+    return "cuda" if env.endswith("-cuda") else "cpu"
+
+
 def env_entries(env: str) -> tuple[list[str], list[Entry]]:
     """(pip options, entries) of an env's `pip:` section, computed from the lock files."""
     base, pypi, cpu = read(LOCK), read(TORCH_PYPI), read(TORCH_CPU)
     roots = ENV_ROOTS[env]
-    if "torch" not in roots:
+    if torch_flavour(env) is None:
         return [], [e for e in base if e.name in closure(roots, children(base))]
-    if env == "torch-cuda":
+    if torch_flavour(env) == "cuda":
         allof = base + pypi
         return [], sorted((e for e in allof if e.name in closure(roots, children(allof))), key=lambda e: e.name)
     # the CPU env: the CPU wheel on Linux x86-64, PyPI's torch (a CPU build there) on macOS and Windows
@@ -322,7 +332,7 @@ def env_text(env: str, old: str) -> str:
 def write_envs() -> None:
     for env in ENV_ROOTS:
         path = ROOT / "envs" / f"{env}.yaml"
-        path.write_text(env_text(env, path.read_text()))
+        path.write_text(env_text(env, path.read_text() if path.exists() else ""))  # a new env: no intro yet
 
 
 # ---- install.sh ------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def _keys(section: str, *names: str) -> tuple[str, ...]:
 
 
 #: job -> the config keys it reads. A job is a rule, or the family of rules generated per model
-#: (``spectra_jacobians_<model>``, ``topology_graph_<model>``) or per figure (``spectra_figure_<figure>``).
+#: (``spectra_jacobians_<model>``, ``topology_graph_<model>[_block<k>]``) or per figure (``spectra_figure_<figure>``).
 JOB_KEYS: dict[str, tuple[str, ...]] = {
     # ---- sources (the model's own keys, models.<name>.*, are read by materialize and download) ----
     "corpus": ("corpus.source", "corpus.split", "corpus.paths"),
@@ -97,6 +97,9 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     "spectra_figure_schur": ("spectra.cumulative_variant",),
     "spectra_figure_convergence": (),
     # ---- Paper B: topology (the graph and coupling jobs run no model: no device) ----
+    # topology_graph_<model>, and with spectra.boundaries_per_job below the model's boundaries its blocks'
+    # rules topology_graph_<model>_block<k>: the same settings (a block's `boundaries` param names its
+    # boundaries, so no block job needs the key itself; with one block the rule and its params are unchanged)
     "topology_graph": (
         "seed",
         "threads",

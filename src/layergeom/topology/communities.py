@@ -93,9 +93,12 @@ class BoundaryTopology:
     summary: dict
 
 
-def boundary_topology(states, mask: np.ndarray | None, cfg: dict, seed: int) -> BoundaryTopology:
-    """Graph, signed Leiden communities, participation and boundary nodes of one boundary's states (n, d)."""
-    graph = correlation_graph(states, mask, cfg["top_k"], cfg["chunk_tokens"])
+def boundary_topology(
+    states, mask: np.ndarray | None, cfg: dict, seed: int, *, device: str = "cpu"
+) -> BoundaryTopology:
+    """Graph, signed Leiden communities, participation and boundary nodes of one boundary's states (n, d);
+    the correlations are computed on ``device`` (a torch device string)."""
+    graph = correlation_graph(states, mask, cfg["top_k"], cfg["chunk_tokens"], device=device)
     leiden = cfg["leiden"]
     leiden_seed = seed if leiden["seed"] is None else leiden["seed"]
 

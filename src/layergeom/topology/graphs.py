@@ -6,7 +6,8 @@ symmetrised, and the signed edges are split into a positive and a negative layer
 
 The correlation is streamed from the activation memmap in chunks, merging per-chunk means and centred
 cross-products in float64 (Chan et al.'s pairwise update), so memory is O(d² + chunk·d) whatever the
-corpus size and no precision is lost to large coordinate means (massive activations).
+corpus size and no precision is lost to large coordinate means (massive activations). The products run in
+torch on the job's device (a GPU in a GPU job); the top-k selection runs in numpy on the CPU.
 """
 
 from __future__ import annotations
@@ -55,46 +56,54 @@ class SignedGraph:
         return deg_pos, deg_neg
 
 
-def streamed_correlation(states, mask: np.ndarray | None, chunk_tokens: int) -> np.ndarray:
+def streamed_correlation(states, mask: np.ndarray | None, chunk_tokens: int, *, device: str = "cpu") -> np.ndarray:
     """Pearson correlation matrix of the columns of ``states`` (n, d) over the rows selected by ``mask``.
 
-    ``states`` may be a read-only memmap: rows are read ``chunk_tokens`` at a time, converted to float64 and
-    merged into a running mean and centred cross-product (Chan et al. 1979). Columns with zero variance
-    get correlation 0 with every other column (and 1 with themselves).
+    ``states`` may be a read-only memmap: rows are read ``chunk_tokens`` at a time on the CPU, sent to
+    ``device`` (a torch device string) as stored, converted to float64 there and merged into a running mean
+    and centred cross-product (Chan et al. 1979). Columns with zero variance get correlation 0 with every
+    other column (and 1 with themselves). Returns the (d, d) float64 matrix as a numpy array.
     """
+    import torch
+
     n_rows, d = states.shape
     if mask is not None and len(mask) != n_rows:
         raise LayergeomError(f"mask has {len(mask)} rows but the states have {n_rows}")
+    f64 = {"dtype": torch.float64, "device": device}
     count = 0
-    mean = np.zeros(d)
-    m2 = np.zeros((d, d))  # centred cross-products Σ (x-μ)(x-μ)ᵀ
+    mean = torch.zeros(d, **f64)
+    m2 = torch.zeros((d, d), **f64)  # centred cross-products Σ (x-μ)(x-μ)ᵀ
     for start in range(0, n_rows, chunk_tokens):
-        x = np.asarray(states[start : start + chunk_tokens], dtype=np.float64)  # (chunk, d)
+        rows = np.asarray(states[start : start + chunk_tokens])  # (chunk, d) as stored (float32 for a store)
         if mask is not None:
-            x = x[mask[start : start + chunk_tokens]]
-        nb = x.shape[0]
+            rows = rows[mask[start : start + chunk_tokens]]
+        nb = rows.shape[0]
         if nb == 0:
             continue
-        mb = x.mean(axis=0)
+        rows = np.require(rows, requirements=("C", "W"))  # a memmap's rows are read-only: copied (as stored)
+        x = torch.from_numpy(rows).to(**f64)  # exact: every float32 is a float64
+        mb = x.mean(dim=0)
         xc = x - mb
         delta = mb - mean
         tot = count + nb
-        m2 += xc.T @ xc + np.outer(delta, delta) * (count * nb / tot)  # (d, d)
+        m2 += (xc.T @ xc).add_(torch.outer(delta, delta).mul_(count * nb / tot))  # (d, d), two temporaries
         mean += delta * (nb / tot)
         count = tot
     if count < 2:
         raise LayergeomError(f"a correlation needs at least 2 tokens, got {count}")
-    if not np.isfinite(m2).all():
+    if not bool(torch.isfinite(m2).all()):
         raise LayergeomError("non-finite values in the activations: the correlation is undefined")
-    sd = np.sqrt(np.clip(np.diag(m2), 0.0, None))
+    # the d standard deviations on the CPU in numpy: torch's CPU sqrt is not always correctly rounded (it
+    # differs from np.sqrt in the last bit), and these d numbers scale every correlation
+    sd = np.sqrt(np.clip(torch.diagonal(m2).cpu().numpy(), 0.0, None))
     const = sd <= 1e-12 * max(float(sd.max()), 1e-300)
     if const.any():
         log.warning("%d of %d coordinates are constant over the tokens: they get no edges", const.sum(), d)
-    inv = np.where(const, 0.0, 1.0 / np.where(const, 1.0, sd))
-    corr = m2 * inv[:, None] * inv[None, :]
-    np.clip(corr, -1.0, 1.0, out=corr)
-    np.fill_diagonal(corr, 1.0)
-    return corr
+    inv = torch.from_numpy(np.where(const, 0.0, 1.0 / np.where(const, 1.0, sd))).to(**f64)
+    corr = m2 * inv[:, None] * inv[None, :]  # (d, d): products alone, correctly rounded on every device
+    corr.clamp_(-1.0, 1.0)
+    corr.fill_diagonal_(1.0)
+    return corr.cpu().numpy()
 
 
 def topk_graph(corr: np.ndarray, k: int) -> SignedGraph:
@@ -115,8 +124,11 @@ def topk_graph(corr: np.ndarray, k: int) -> SignedGraph:
     return SignedGraph(d, src[keep].astype(np.int64), dst[keep].astype(np.int64), r[keep].astype(np.float64))
 
 
-def correlation_graph(states, mask: np.ndarray | None, k: int, chunk_tokens: int) -> SignedGraph:
-    """Paper B's graph of one boundary: streamed Pearson correlations, then the top-k |r| union graph."""
+def correlation_graph(
+    states, mask: np.ndarray | None, k: int, chunk_tokens: int, *, device: str = "cpu"
+) -> SignedGraph:
+    """Paper B's graph of one boundary: streamed Pearson correlations (on ``device``), then the top-k |r| union
+    graph (numpy, on the CPU: ``argpartition``'s choice among tied |r| is part of the graph)."""
     if k > states.shape[1] - 1:
         log.warning("top_k=%d is not below d=%d: every node keeps all partners", k, states.shape[1])
-    return topk_graph(streamed_correlation(states, mask, chunk_tokens), k)
+    return topk_graph(streamed_correlation(states, mask, chunk_tokens, device=device), k)
