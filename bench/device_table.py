@@ -6,7 +6,9 @@ on the CPU; prints one JSON line.
 
 The matrix is a generic random J̄ (d×d float64) with float32 deviations of 1% of its entries' scale: every
 metric takes its general path (no rank cap, no exact Henrici). The baseline is read with ``git show`` from this
-checkout's history; --baseline none times the torch path alone.
+checkout's history; --baseline none times the torch path alone. Reported: wall seconds and this process's CPU
+seconds (on a shared machine the CPU seconds of a run with one thread, OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1, are
+the fair comparison).
 """
 
 from __future__ import annotations
@@ -29,19 +31,22 @@ BASELINE = "9a0fed5"  # the last commit whose spectra.py/linear.py computed in n
 
 
 def timed(fn, sync=lambda: None):
-    t = time.perf_counter()
+    """(result, wall seconds, this process's CPU seconds)."""
+    t, c = time.perf_counter(), time.process_time()
     out = fn()
     sync()
-    return out, time.perf_counter() - t
+    return out, time.perf_counter() - t, time.process_time() - c
 
 
 def run(spectra, linear, J, deltas, tol, **kw):
-    """(decompose seconds, replicates seconds) of one boundary with these modules."""
+    """Wall and CPU seconds of decompose and of the replicates of one boundary with these modules."""
     sync = kw.pop("sync", lambda: None)
-    dec, t_dec = timed(lambda: spectra.decompose(J, **kw), sync)
-    _, t_rep = timed(lambda: linear.metric_replicates(J, deltas, tol=tol, sr_k=64, method="linear", dec=dec, **kw),
-                     sync)  # fmt: skip
-    return {"decompose": round(t_dec, 3), "replicates": round(t_rep, 3), "total": round(t_dec + t_rep, 3)}
+    dec, w_dec, c_dec = timed(lambda: spectra.decompose(J, **kw), sync)
+    _, w_rep, c_rep = timed(
+        lambda: linear.metric_replicates(J, deltas, tol=tol, sr_k=64, method="linear", dec=dec, **kw), sync
+    )
+    return {"decompose": round(w_dec, 3), "replicates": round(w_rep, 3), "total": round(w_dec + w_rep, 3),
+            "cpu_decompose": round(c_dec, 3), "cpu_replicates": round(c_rep, 3), "cpu_total": round(c_dec + c_rep, 3)}  # fmt: skip
 
 
 def baseline_modules(rev: str, tmp: Path):
@@ -52,19 +57,18 @@ def baseline_modules(rev: str, tmp: Path):
 
 
 BASELINE_RUN = """
-import sys, json, time
+import sys, json
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-from layergeom.spectral import spectra, linear
+sys.path.insert(0, sys.argv[5])
+from layergeom.spectral import spectra, linear  # the baseline's, before device_table puts src/ first
+from device_table import run
+assert spectra.__file__.startswith(sys.argv[1]), spectra.__file__
 d, K, seed = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rng = np.random.default_rng(seed)
 J = rng.standard_normal((d, d)) / np.sqrt(d)
 deltas = (0.01 * rng.standard_normal((K, d, d)) / np.sqrt(d)).astype(np.float32)
-tol = spectra.rank_tolerance(d, "float32", None)
-t = time.perf_counter(); dec = spectra.decompose(J); t_dec = time.perf_counter() - t
-t = time.perf_counter(); linear.metric_replicates(J, deltas, tol=tol, sr_k=64, method="linear", dec=dec)
-t_rep = time.perf_counter() - t
-print(json.dumps({"decompose": round(t_dec, 3), "replicates": round(t_rep, 3), "total": round(t_dec + t_rep, 3)}))
+print(json.dumps(run(spectra, linear, J, deltas, spectra.rank_tolerance(d, "float32", None))))
 """
 
 
@@ -94,12 +98,13 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             src = baseline_modules(args.baseline, Path(tmp))
             res = subprocess.run(
-                [sys.executable, "-c", BASELINE_RUN, str(src), str(d), str(args.K), str(args.seed)],
+                [sys.executable, "-c", BASELINE_RUN, str(src), str(d), str(args.K), str(args.seed), str(ROOT / "bench")],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
             out["numpy_s"] = json.loads(res.stdout.strip().splitlines()[-1])
             out["baseline"] = args.baseline
         out["speedup"] = round(out["numpy_s"]["total"] / out["torch_s"]["total"], 3)
+        out["cpu_speedup"] = round(out["numpy_s"]["cpu_total"] / out["torch_s"]["cpu_total"], 3)
     print(json.dumps(out))
 
 

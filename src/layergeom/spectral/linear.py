@@ -120,7 +120,7 @@ class SingularTangents:
         import torch
 
         DV = (as_tensor(d32, self.V32.device, torch.float32) @ self.V32).to(torch.float64)  # (d, d) ΔV
-        return DV, to_numpy(torch.einsum("ij,ij->j", self.Ur, DV))
+        return DV, to_numpy(torch.sum(self.Ur * DV, dim=0))
 
     def cond(self, ds: np.ndarray) -> float:
         s, r = self.s, self.rank

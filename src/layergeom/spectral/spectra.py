@@ -103,7 +103,7 @@ def _unit_largest_real(X):
     import torch
 
     norm = torch.linalg.vector_norm(X, dim=0)
-    X = X / torch.where((norm - 1).abs() <= 64 * EPS["float64"], torch.ones_like(norm), norm)  # as they come: as is
+    X = X / torch.where((norm - 1).abs() <= 64 * EPS["float64"], torch.ones_like(norm), norm)  # unit: as is
     big = X.gather(0, torch.argmax(X.real**2 + X.imag**2, dim=0)[None])[0]  # (d,) the largest components
     turn = big.imag != 0
     if bool(turn.any()):
@@ -113,9 +113,10 @@ def _unit_largest_real(X):
 
 
 def _real_form(lam, X):
-    """(X_r, lower) of the eigenvectors X of a real matrix in LAPACK's real storage: a real eigenvalue's vector
-    x as is, a complex pair (λ, λ̄ adjacent, Im λ > 0 first) as the columns Re x, Im x; None unless X is so
-    (real vectors of the real eigenvalues, pairs adjacent with conjugate vectors), as real geev gives it."""
+    """(X_r, (upper, lower)) of the eigenvectors X of a real matrix: X_r is LAPACK's real storage of X (a real
+    eigenvalue's vector x as is, a complex pair λ, λ̄ at adjacent positions upper, lower = upper + 1 as the
+    columns Re x, Im x of λ's x); None unless X is so (real vectors of the real eigenvalues, pairs adjacent
+    with conjugate vectors), as real geev gives it."""
     import torch
 
     up, low = torch.nonzero(lam.imag > 0)[:, 0], torch.nonzero(lam.imag < 0)[:, 0]
@@ -149,25 +150,33 @@ def eig_vectors(Jt, sigma_max: float) -> tuple[np.ndarray, np.ndarray, np.ndarra
     d = Jt.shape[0]
     lam, X = torch.linalg.eig(Jt)
     X = _unit_largest_real(X)
-    ok = True
+    tiny = np.finfo(np.float64).tiny
     if Jt.is_complex():
         Yh, info = torch.linalg.inv_ex(X)  # rows yᵢᴴ
+        ok = int(info) == 0 and bool(torch.isfinite(Yh).all())
+        if ok:
+            Yh = Yh / torch.linalg.vector_norm(Yh, dim=1, keepdim=True)
+            eta = float(torch.linalg.vector_norm(Yh @ Jt - lam[:, None] * Yh, dim=1).max())  # ‖yᵢᴴJ − λᵢyᵢᴴ‖
+            ok = eta / max(float(sigma_max), tiny) <= LEFT_RESIDUAL * d * EPS["float64"]
     else:
         form = _real_form(lam, X)
         ok = form is not None
-        if ok:
+        if ok:  # in real arithmetic: yᴴ = A + iB (rows), from the real rows p of X_r⁻¹: x = a ± ib -> (p_a ∓ i p_b)/2
             Xr, (up, low) = form
-            P, info = torch.linalg.inv_ex(Xr)  # real rows p: x = a ± ib -> yᴴ = (p_a ∓ i p_b)/2
-            Yh = P.to(X.dtype)
-            Yh[up] = torch.complex(P[up], -P[low]) / 2
-            Yh[low] = torch.complex(P[up], P[low]) / 2
-    if ok:
-        ok = int(info) == 0 and bool(torch.isfinite(Yh).all())
-    if ok:
-        Yh = Yh / torch.linalg.vector_norm(Yh, dim=1, keepdim=True)
-        R = Yh @ Jt.to(Yh.dtype) - lam[:, None] * Yh  # (d, d) yᵢᴴJ − λᵢyᵢᴴ
-        eta = float(torch.linalg.vector_norm(R, dim=1).max()) / max(float(sigma_max), np.finfo(np.float64).tiny)
-        ok = eta <= LEFT_RESIDUAL * d * EPS["float64"]
+            P, info = torch.linalg.inv_ex(Xr)
+            A, B = P.clone(), torch.zeros_like(P)
+            A[up], A[low] = P[up] / 2, P[up] / 2
+            B[up], B[low] = -P[low] / 2, P[low] / 2
+            ok = int(info) == 0 and bool(torch.isfinite(P).all())
+        if ok:
+            norm = torch.sqrt(torch.sum(A**2 + B**2, dim=1, keepdim=True))
+            A, B = A / norm, B / norm
+            lr, li = lam.real[:, None], lam.imag[:, None]
+            RA = A @ Jt - lr * A + li * B  # Re and Im of yᵢᴴJ − λᵢyᵢᴴ
+            RB = B @ Jt - lr * B - li * A
+            eta = float(torch.sqrt(torch.sum(RA**2 + RB**2, dim=1)).max())
+            ok = eta / max(float(sigma_max), tiny) <= LEFT_RESIDUAL * d * EPS["float64"]
+            Yh = torch.complex(A, B)
     if not ok:
         log.info("eigenvectors of a %dx%d matrix: the left ones from LAPACK geev on the CPU", d, d)
         lam, vl, vr = scipy.linalg.eig(to_numpy(Jt), left=True, right=True, check_finite=False)
