@@ -1,12 +1,14 @@
-"""Recompute spectra.tsv of a finished run with this checkout's ``write_spectra`` and compare it numerically.
+"""Recompute spectra.tsv and eigenvalues.tsv of a finished run with this checkout's ``write_spectra`` and compare
+them numerically.
 
 For every results/<model>/<checkpoint>/spectra.tsv under RUN (a finished run of the workflow), rebuilds the
-table from that checkpoint's jacobians/ inputs with the settings of CONFIG (validated, the model's overrides
+table (and eigenvalues.tsv, when the run has it) from that checkpoint's jacobians/ inputs with the settings of CONFIG (validated, the model's overrides
 merged, as the spectra_table rule passes them) into a temporary directory, and compares every numeric cell:
 relative difference |new − old| / max(|old|, tiny), nan where nan, inf where inf. Exits 1 when any cell differs
-by more than --rtol (default 1e-9) or a column or row differs.
+by more than --rtol (default 1e-9) or a column or row differs; --columns prints the largest difference of every
+column over all tables; --device computes on that torch device.
 
-    PYTHONPATH=src python bench/table_agreement.py RUN [--config config/test.yaml] [--rtol 1e-9]
+    PYTHONPATH=src python bench/table_agreement.py RUN [--config config/test.yaml] [--rtol 1e-9] [--columns]
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from layergeom import config as lgconfig  # noqa: E402
 from layergeom.spectral.pipeline import BoundaryFiles, write_spectra  # noqa: E402
 
 
-def recompute(folder: Path, spectra: dict, out: Path) -> pd.DataFrame:
+def recompute(folder: Path, spectra: dict, out: Path, device: str = "cpu") -> pd.DataFrame:
     """spectra.tsv of one checkpoint folder (its jacobians/ and the old table's boundary order)."""
     names = pd.read_csv(folder / "spectra.tsv", sep="\t")["boundary"].tolist()
     jac = folder / "jacobians"
@@ -37,11 +39,12 @@ def recompute(folder: Path, spectra: dict, out: Path) -> pd.DataFrame:
         [jac / f"{n}.json" for n in names],
     )
     kw = {k: spectra[k] for k in ("sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks")}
-    return write_spectra(files, out / "spectra.tsv", out / "eigenvalues.tsv", **kw)
+    return write_spectra(files, out / "spectra.tsv", out / "eigenvalues.tsv", **kw, device=device)
 
 
-def compare(old: pd.DataFrame, new: pd.DataFrame) -> tuple[float, str, list[str]]:
-    """(max relative difference over the numeric cells, where, problems: column/row/nan/inf mismatches)."""
+def compare(old: pd.DataFrame, new: pd.DataFrame, per_column: dict | None = None) -> tuple[float, str, list[str]]:
+    """(max relative difference over the numeric cells, where, problems: column/row/nan/inf mismatches); each
+    column's largest difference goes into `per_column` (when given)."""
     problems = []
     if list(old.columns) != list(new.columns):
         problems.append(f"columns differ: {sorted(set(old.columns) ^ set(new.columns))}")
@@ -65,6 +68,8 @@ def compare(old: pd.DataFrame, new: pd.DataFrame) -> tuple[float, str, list[str]
             rel = np.abs(a[fin] - b[fin]) / np.maximum(np.abs(a[fin]), np.finfo(np.float64).tiny)
             rel = np.where(a[fin] == b[fin], 0.0, rel)
             i = int(np.argmax(rel))
+            if per_column is not None:
+                per_column[col] = max(per_column.get(col, 0.0), float(rel[i]))
             if rel[i] > worst:
                 worst, where = float(rel[i]), f"{col} @ {old['boundary'].to_numpy()[fin][i]}"
     return worst, where, problems
@@ -75,7 +80,10 @@ def main():
     ap.add_argument("run", type=Path, help="a finished run's directory (holding results/)")
     ap.add_argument("--config", type=Path, default=ROOT / "config" / "test.yaml")
     ap.add_argument("--rtol", type=float, default=1e-9)
+    ap.add_argument("--device", default="cpu", help="torch device of the recomputation (default cpu)")
+    ap.add_argument("--columns", action="store_true", help="print every column's largest difference")
     args = ap.parse_args()
+    columns = {"spectra.tsv": {}, "eigenvalues.tsv": {}}
     cfg = lgconfig.load(args.config)
     tables = sorted((args.run / "results").glob("*/*/spectra.tsv"))
     if not tables:
@@ -87,15 +95,26 @@ def main():
             model = folder.parent.name
             out = Path(tmp) / model / folder.name
             out.mkdir(parents=True)
-            recompute(folder, lgconfig.model_section(cfg, model, "spectra"), out)
+            recompute(folder, lgconfig.model_section(cfg, model, "spectra"), out, args.device)
             old = pd.read_csv(path, sep="\t")
             new = pd.read_csv(out / "spectra.tsv", sep="\t")
-            worst, where, problems = compare(old, new)
+            worst, where, problems = compare(old, new, columns["spectra.tsv"])
+            if (folder / "eigenvalues.tsv").is_file():
+                old_e = pd.read_csv(folder / "eigenvalues.tsv", sep="\t")
+                new_e = pd.read_csv(out / "eigenvalues.tsv", sep="\t")
+                worst_e, where_e, problems_e = compare(old_e, new_e, columns["eigenvalues.tsv"])
+                problems += [f"eigenvalues.tsv {p}" for p in problems_e]
+                if worst_e > worst:
+                    worst, where = worst_e, f"eigenvalues.tsv {where_e}"
             overall = max(overall, worst)
             bad = problems or not worst <= args.rtol
             failed |= bool(bad)
             print(f"{model}/{folder.name}: {len(old)} rows, max rel diff {worst:.3g} ({where})"
                   + (f"  PROBLEMS: {problems}" if problems else ""))  # fmt: skip
+    if args.columns:
+        for table, cols in columns.items():
+            for col, worst in cols.items():
+                print(f"  {table} {col}: {worst:.3g}")
     print(f"max relative difference over {len(tables)} tables: {overall:.3g} (tolerance {args.rtol:g})")
     sys.exit(1 if failed else 0)
 

@@ -8,6 +8,7 @@ library's (the old float32 U, promoted to float64 in every product, equals today
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from layergeom.spectral import linear
 from layergeom.spectral.spectra import numerical_rank, sr_dimension
@@ -23,7 +24,8 @@ class FullProductEigen(linear.EigenTangents):
     def perturbed(self, delta32: np.ndarray) -> np.ndarray:
         lam = self.lam
         r = int(self.upper.sum())
-        DX = (delta32 @ self.x32).astype(np.float64)  # (d, 2r')
+        # the float32 product through torch's GEMM, as the library's (another BLAS rounds float32 sums otherwise)
+        DX = (torch.as_tensor(np.asarray(delta32)) @ torch.from_numpy(self.x32)).numpy().astype(np.float64)
         DXc = DX[:, :r] + 1j * DX[:, r:]  # (d, r') Δ x_i
         A = (self.yc.T @ DXc) / self.ydotx[:, None]  # (r', r') a_pq
         new = lam[self.upper] + np.diagonal(A)

@@ -365,6 +365,7 @@ def spectra_rows(
     eigenvalues: bool = True,
     snapshot_s: float | None = None,
     what: str = "spectra",
+    device: str = "cpu",
 ) -> tuple[list[dict], list[pd.DataFrame], np.ndarray, Snapshots]:
     """The spectra.tsv rows and eigenvalue frames of `files`' boundaries in depth order, with the group counts
     they were computed with: each boundary's ``spectra_row``, then its intervals (``linear.spectra_intervals``).
@@ -372,7 +373,8 @@ def spectra_rows(
     ``snapshot_s``: save the rows done so far every that many seconds next to `out` (the file the caller
     writes), and resume from them (``resume``), as `what` (the snapshot's and its lock's name in the work
     folder: jobs working beside each other in one folder need their own). Returns (rows, eigenvalue frames, counts, the snapshots): the
-    caller clears the snapshots once its output is written.
+    caller clears the snapshots once its output is written. ``device``: where the decompositions and the
+    replicates' products run (a torch device string; the snapshots hold the rows, so a job resumes on any).
     """
     counts = files.counts()
     reps = _replicates(counts, ci_blocks, "spectra.tsv")
@@ -390,12 +392,13 @@ def spectra_rows(
             continue
         J = files[name]
         tol = rank_tolerance(J.shape[0], dtype, rank_tol)
-        row, dec = spectra_row(name, J, _n_samples(files, name), sr_k=sr_k, tol=tol)
+        row, dec = spectra_row(name, J, _n_samples(files, name), sr_k=sr_k, tol=tol, device=device)
         if reps is None:
             row |= {f"{m}_ci_{s}": np.nan for m in METRICS for s in ("low", "high")}
         else:
             D = files.deviations(name, J, counts, reps)
-            row |= spectra_intervals(J, dec, row, D, reps.weights, tol=tol, ci_level=ci_level, ci_method=ci_method)
+            row |= spectra_intervals(J, dec, row, D, reps.weights, tol=tol, ci_level=ci_level, ci_method=ci_method,
+                                     device=device)  # fmt: skip
         rows.append(row)
         eig.append(eigenvalue_frame(name, dec, tol))
         log.info("%s: rank %d of %d, %d non-zero modes, cond %.4g [%.4g, %.4g]", name, row["numerical_rank"],
@@ -425,15 +428,17 @@ def write_spectra(
     ci_method: str,
     ci_blocks: int | None,
     snapshot_s: float | None = None,
+    device: str = "cpu",
 ) -> pd.DataFrame:
     """spectra.tsv (with jackknife intervals over the sample groups) and the eigenvalues, boundary by boundary
     (:func:`spectra_rows`, :func:`write_spectra_tables`): the table job of a checkpoint in one job.
 
-    ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``).
+    ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``);
+    ``device``: where the decompositions and the replicates' products run.
     """
     rows, eig, _, snap = spectra_rows(
         files, out_tsv, sr_k=sr_k, dtype=dtype, rank_tol=rank_tol, ci_level=ci_level, ci_method=ci_method,
-        ci_blocks=ci_blocks, eigenvalues=out_eigenvalues is not None, snapshot_s=snapshot_s,
+        ci_blocks=ci_blocks, eigenvalues=out_eigenvalues is not None, snapshot_s=snapshot_s, device=device,
     )  # fmt: skip
     table = write_spectra_tables(rows, eig, out_tsv, out_eigenvalues)
     snap.clear()
@@ -455,17 +460,20 @@ def write_spectra_part(
     ci_method: str,
     ci_blocks: int | None,
     snapshot_s: float | None = None,
+    device: str = "cpu",
 ) -> None:
     """One block of a checkpoint's boundaries (rule ``spectra_table_part``): the rows and eigenvalue frames of
     :func:`spectra_rows` pickled as they are (the Python objects the single job turns into the tables, so the
     gather writes the same bytes) with the boundaries and the group counts, for :func:`gather_spectra`.
 
     ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``); the
-    parts of a checkpoint share their work folder (``parts/spectra/.partial/``), each with its own snapshot.
+    parts of a checkpoint share their work folder (``parts/spectra/.partial/``), each with its own snapshot;
+    ``device``: where the decompositions and the replicates' products run.
     """
     rows, eig, counts, snap = spectra_rows(
         files, out_part, sr_k=sr_k, dtype=dtype, rank_tol=rank_tol, ci_level=ci_level, ci_method=ci_method,
         ci_blocks=ci_blocks, eigenvalues=True, snapshot_s=snapshot_s, what=f"spectra_part_{Path(out_part).stem}",
+        device=device,
     )  # fmt: skip
     part = {"format": PART_FORMAT, "boundaries": list(files.names), "counts": [int(c) for c in counts],
             "rows": rows, "eigenvalues": eig}  # fmt: skip

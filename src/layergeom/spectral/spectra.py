@@ -1,20 +1,25 @@
 """Spectral geometry of mean sublayer Jacobians (Paper B, docs/methods.md §2.3), in float64.
 
-Each metric is one small function of an eigen- or singular-value decomposition, so the Schur surgery
+The decompositions (eigenvalues and eigenvectors, the SVD) run through torch on the device a job was given
+(``device``: "cpu" or "cuda", one implementation for both; float64/complex128), the metrics on their small
+results in numpy. Each metric is one small function of an eigen- or singular-value decomposition, so the Schur surgery
 and the cumulative operators reuse exactly the same formulas. Complex matrices (the Schur-surgery
 operators ``Q(Λ+αN)Q*``) are handled with conjugate transposes; for real matrices these are transposes.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import scipy.linalg
 
-from ..linalg import svd
+from ..linalg import torch_svd
 from ..names import parse_boundary
+
+log = logging.getLogger(__name__)
 
 #: the spectra.tsv metrics, each with a confidence interval ({metric}_ci_low, {metric}_ci_high)
 METRICS = ["cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "asymmetry", "erank", "part_ratio"]
@@ -71,22 +76,136 @@ def eigen_condition(vl: np.ndarray, vr: np.ndarray) -> np.ndarray:
         return np.where(dots > 0, norms / dots, np.inf)
 
 
-def decompose(J: np.ndarray, eigvals: np.ndarray | None = None, vectors: bool = True) -> Decomposition:
-    """Eigenvalues (unless given, e.g. from a Schur form) and the full SVD of J, in float64/complex128.
+#: left eigenvectors from the inverse of the right ones are kept while their residual ‖yᴴJ − λyᴴ‖/(‖y‖σ₁) is
+#: within this many d·ε (a backward-stable geev's own bound is O(d·ε)); beyond it, LAPACK geev's (``eig_vectors``)
+LEFT_RESIDUAL = 10.0
 
-    ``vectors`` also keeps the left and right eigenvectors (LAPACK geev, about 1.3x the cost of eigenvalues
-    alone), which give each eigenvalue's precision κ_i and the first-order eigenvalue perturbations.
+
+def as_tensor(x, device: str, dtype=None):
+    """`x` (numpy array or tensor) as a torch tensor on `device` (in `dtype` when given)."""
+    import torch
+
+    t = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+    return t.to(device=device, dtype=dtype)
+
+
+def to_numpy(t) -> np.ndarray:
+    """A tensor's values as a numpy array on the CPU."""
+    return t.detach().resolve_conj().resolve_neg().cpu().numpy()
+
+
+def _unit_largest_real(X):
+    """LAPACK geev's normalisation of eigenvectors (columns): unit 2-norm, the largest component real.
+
+    torch's CPU geev (LAPACK) returns them so already, and they are left bit for bit as they are (the float32
+    rounding of the replicates' Δ·[Re x, Im x] depends on them); a column of another norm or whose largest
+    component is not real (another solver) is scaled and turned by its phase."""
+    import torch
+
+    norm = torch.linalg.vector_norm(X, dim=0)
+    X = X / torch.where((norm - 1).abs() <= 64 * EPS["float64"], torch.ones_like(norm), norm)  # unit: as is
+    big = X.gather(0, torch.argmax(X.real**2 + X.imag**2, dim=0)[None])[0]  # (d,) the largest components
+    turn = big.imag != 0
+    if bool(turn.any()):
+        phase = torch.where(turn, big.conj() / big.abs(), torch.ones_like(big))
+        X = X * phase
+    return X
+
+
+def _real_form(lam, X):
+    """(X_r, (upper, lower)) of the eigenvectors X of a real matrix: X_r is LAPACK's real storage of X (a real
+    eigenvalue's vector x as is, a complex pair λ, λ̄ at adjacent positions upper, lower = upper + 1 as the
+    columns Re x, Im x of λ's x); None unless X is so (real vectors of the real eigenvalues, pairs adjacent
+    with conjugate vectors), as real geev gives it."""
+    import torch
+
+    up, low = torch.nonzero(lam.imag > 0)[:, 0], torch.nonzero(lam.imag < 0)[:, 0]
+    real = lam.imag == 0
+    if len(up) != len(low) or not bool(torch.equal(up + 1, low)):
+        return None
+    if not (bool(torch.equal(lam[low], lam[up].conj())) and bool(torch.equal(X[:, low], X[:, up].conj()))):
+        return None
+    if not bool((X.imag[:, real] == 0).all()):
+        return None
+    Xr = X.real.clone()
+    Xr[:, low] = X.imag[:, up]
+    return Xr, (up, low)
+
+
+def eig_vectors(Jt, sigma_max: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eigenvalues, left and right eigenvectors (λ, vl, vr: unit columns, vl[:, i]ᴴ J = λ_i vl[:, i]ᴴ) of the
+    tensor `Jt`, as numpy arrays.
+
+    torch.linalg.eig (LAPACK/cuSOLVER geev) gives the eigenvalues and right eigenvectors X on Jt's device;
+    torch has no left eigenvectors, which LAPACK computes from the same Schur form (trevc). Here they are the
+    rows of X⁻¹ (Yᴴ X = I; of a real J in real arithmetic from LAPACK's real form of X, so a real eigenvalue's
+    left vector is real and a pair's are conjugate, as geev's), exact for exact X but accurate only to about
+    cond(X)·ε: they are kept while each one's residual ‖yᴴJ − λyᴴ‖ / (‖y‖σ₁) is within LEFT_RESIDUAL·d·ε
+    (LAPACK's own vectors: a few ε). Otherwise (strongly non-normal J, cond(X) ≳ 1/(d·ε)), or when the
+    eigenvectors of a real J are not in geev's real form, the whole decomposition is LAPACK geev's (left and
+    right) through scipy on the CPU.
     """
+    import torch
+
+    d = Jt.shape[0]
+    lam, X = torch.linalg.eig(Jt)
+    X = _unit_largest_real(X)
+    tiny = np.finfo(np.float64).tiny
+    if Jt.is_complex():
+        Yh, info = torch.linalg.inv_ex(X)  # rows yᵢᴴ
+        ok = int(info) == 0 and bool(torch.isfinite(Yh).all())
+        if ok:
+            Yh = Yh / torch.linalg.vector_norm(Yh, dim=1, keepdim=True)
+            eta = float(torch.linalg.vector_norm(Yh @ Jt - lam[:, None] * Yh, dim=1).max())  # ‖yᵢᴴJ − λᵢyᵢᴴ‖
+            ok = eta / max(float(sigma_max), tiny) <= LEFT_RESIDUAL * d * EPS["float64"]
+    else:
+        form = _real_form(lam, X)
+        ok = form is not None
+        if ok:  # in real arithmetic: yᴴ = A + iB (rows), from the real rows p of X_r⁻¹: x = a ± ib -> (p_a ∓ i p_b)/2
+            Xr, (up, low) = form
+            P, info = torch.linalg.inv_ex(Xr)
+            A, B = P.clone(), torch.zeros_like(P)
+            A[up], A[low] = P[up] / 2, P[up] / 2
+            B[up], B[low] = -P[low] / 2, P[low] / 2
+            ok = int(info) == 0 and bool(torch.isfinite(P).all())
+        if ok:
+            norm = torch.sqrt(torch.sum(A**2 + B**2, dim=1, keepdim=True))
+            A, B = A / norm, B / norm
+            lr, li = lam.real[:, None], lam.imag[:, None]
+            RA = A @ Jt - lr * A + li * B  # Re and Im of yᵢᴴJ − λᵢyᵢᴴ
+            RB = B @ Jt - lr * B - li * A
+            eta = float(torch.sqrt(torch.sum(RA**2 + RB**2, dim=1)).max())
+            ok = eta / max(float(sigma_max), tiny) <= LEFT_RESIDUAL * d * EPS["float64"]
+            Yh = torch.complex(A, B)
+    if not ok:
+        log.info("eigenvectors of a %dx%d matrix: the left ones from LAPACK geev on the CPU", d, d)
+        lam, vl, vr = scipy.linalg.eig(to_numpy(Jt), left=True, right=True, check_finite=False)
+        return lam.astype(np.complex128), vl, vr
+    return to_numpy(lam), to_numpy(Yh.conj().T), to_numpy(X)
+
+
+def decompose(
+    J: np.ndarray, eigvals: np.ndarray | None = None, vectors: bool = True, *, device: str = "cpu"
+) -> Decomposition:
+    """Eigenvalues (unless given, e.g. from a Schur form) and the full SVD of J, in float64/complex128, computed
+    through torch on `device` (returned as numpy arrays).
+
+    ``vectors`` also keeps the left and right eigenvectors (``eig_vectors``), which give each eigenvalue's
+    precision κ_i and the first-order eigenvalue perturbations.
+    """
+    import torch
+
     J = np.asarray(J)
     J = J.astype(np.complex128 if np.iscomplexobj(J) else np.float64, copy=False)
+    Jt = as_tensor(J, device)
+    U, s, Vh = (to_numpy(t) for t in torch_svd(Jt, full_matrices=True))
     vl = vr = None
     if eigvals is not None:
         lam = np.asarray(eigvals)
     elif vectors:
-        lam, vl, vr = scipy.linalg.eig(J, left=True, right=True)
+        lam, vl, vr = eig_vectors(Jt, float(s[0]) if len(s) else 0.0)
     else:
-        lam = np.linalg.eigvals(J)
-    U, s, Vh = svd(J)
+        lam = to_numpy(torch.linalg.eigvals(Jt))
     return Decomposition(lam.astype(np.complex128), U, s, Vh, vl, vr)
 
 
@@ -261,6 +380,7 @@ def spectral_metrics(
     tol: float,
     dec: Decomposition | None = None,
     eps: float | None = None,
+    device: str = "cpu",
 ) -> dict[str, float]:
     """Every METHODS §2.3 metric of one matrix (from its decomposition, computed unless given), plus extras.
 
@@ -269,8 +389,9 @@ def spectral_metrics(
     expansive fractions count over those modes (``cond_full``, ``frac_complex_d``, ``frac_expansive_d``: the
     same over all d, σ₁/σ_d and counts / d). A complex eigenvalue is one with |Im λ| beyond its precision
     (``complex_modes``, ε = `eps`, default τ/d). SR_k uses k' = min(k, r) (``sr_dimension``; nan at r = 0).
+    The decomposition (unless given) is computed on `device` (``decompose``).
     """
-    dec = decompose(J) if dec is None else dec
+    dec = decompose(J, device=device) if dec is None else dec
     d = J.shape[0]
     tol = float(tol)
     rho = np.abs(dec.eigvals)
@@ -306,13 +427,21 @@ def spectral_metrics(
 
 
 def spectra_row(
-    name: str, J: np.ndarray, n_samples: int, *, sr_k: int, tol: float, dec: Decomposition | None = None
+    name: str,
+    J: np.ndarray,
+    n_samples: int,
+    *,
+    sr_k: int,
+    tol: float,
+    dec: Decomposition | None = None,
+    device: str = "cpu",
 ) -> tuple[dict, Decomposition]:
     """One spectra.tsv row without its intervals: boundary, layer, kind, n_samples and the metrics, and the
-    decomposition (with eigenvectors: the intervals' ``linear.spectra_intervals`` reuses it)."""
+    decomposition (with eigenvectors: the intervals' ``linear.spectra_intervals`` reuses it), computed on
+    `device`."""
     layer, kind = parse_boundary(name)
     J = np.asarray(J, dtype=np.float64)
-    dec = decompose(J) if dec is None else dec
+    dec = decompose(J, device=device) if dec is None else dec
     m = spectral_metrics(J, sr_k=sr_k, tol=float(tol), dec=dec)
     return {"boundary": name, "layer": layer, "kind": kind, "n_samples": int(n_samples), **m}, dec
 
