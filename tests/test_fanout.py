@@ -489,3 +489,16 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
     _schur_fanned(jac, out, n, skip=(chain,))
     assert (out / "schur.tsv").read_bytes() == (tmp_path / "one" / "schur.tsv").read_bytes()
     assert not partial.exists()
+
+
+def test_the_chain_names_are_the_surgerys_variants_and_controls():
+    """settings.schur_chains (torch- and numpy-free: the DAG reads it) names the variants and controls the
+    surgery composes, and every chain has its own name that the rule's wildcard constraint accepts."""
+    from layergeom.spectral import cumulative, schur
+    from layergeom.spectral.settings import SCHUR_CONTROLS, SCHUR_VARIANTS, schur_chain_name, schur_chains
+
+    assert SCHUR_VARIANTS == cumulative.VARIANTS and SCHUR_CONTROLS == schur.CONTROLS
+    pattern = re.search(r'chain=r"([^"]+)"', (ROOT / "rules" / "spectra.smk").read_text()).group(1)
+    for alphas, orders in [([0, 0.25, 0.5, 0.75, 1], 8), ([1.0, 0.5, 0.5], 0), ([0.125, 1e-3], 3)]:
+        names = [schur_chain_name(c) for c in schur_chains(alphas, orders)]
+        assert len(set(names)) == len(names) and all(re.fullmatch(pattern, n) for n in names), names

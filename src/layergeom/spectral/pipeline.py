@@ -7,7 +7,9 @@
   boundaries, :func:`write_spectra_part` (``spectra_table_part``) per block and :func:`gather_spectra`
   (``spectra_table_gather``);
 - :func:`write_cumulative` (``spectra_cumulative``): ``cumulative.tsv``;
-- :func:`write_schur` (``spectra_schur``): ``schur.tsv``;
+- :func:`write_schur` (``spectra_schur``): ``schur.tsv``; fanned out, :func:`write_schur_prep`
+  (``spectra_schur_prep``) per block, :func:`write_schur_chain` (``spectra_schur_chain``) per product chain and
+  :func:`gather_schur` (``spectra_schur_gather``);
 - :func:`write_convergence` (``spectra_convergence``): ``convergence.tsv``.
 
 The tables read the boundaries one at a time in depth order (J̄_b, its group means memory-mapped), so a
