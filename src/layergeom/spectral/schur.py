@@ -514,7 +514,7 @@ class BoundaryStep:
     def order_normal_part(self, k: int) -> np.ndarray:
         """J₀^π of the k-th random order (``OrderSampler.normal_part``)."""
         if self._J0k[0] != k:
-            self._J0k = (None, None)
+            self._J0k = self._op = (None, None)  # the operators' chains are done with this boundary
             self._J0k = (k, self.sampler.normal_part(self.perms[k]))
         return self._J0k[1]
 
