@@ -41,6 +41,13 @@ eigenvalues are rounding, its J₀ is 0). The tangent holds the eigenvalue order
 variability of the surgery at the canonical order (the spread over orders is reported beside it). The random
 control Q N' Qᴴ (a fixed draw N') also depends on the phases of the Schur vectors, which LAPACK fixes
 arbitrarily; its tangent carries them along (W_ii = 0).
+
+**One implementation, one job or many.** Per boundary ``prepare_boundary`` (J̄'s metrics, the Schur form, the
+order sampler's eigenvectors, the tangents, the b_* metrics), per boundary and chain ``step_chain`` (the chains
+of ``settings.schur_chains``), at the end ``surgery_rows`` and ``surgery_table``: ``schur_surgery`` runs them in
+one loop; a checkpoint fanned out over jobs (spectra.boundaries_per_job; layergeom.spectral.pipeline) runs the
+first in its prep jobs, the second in a job per chain on the operators rebuilt from the preps' arrays, the
+last in its gather, and writes the same bytes.
 """
 
 from __future__ import annotations
