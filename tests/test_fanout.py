@@ -502,3 +502,55 @@ def test_the_chain_names_are_the_surgerys_variants_and_controls():
     for alphas, orders in [([0, 0.25, 0.5, 0.75, 1], 8), ([1.0, 0.5, 0.5], 0), ([0.125, 1e-3], 3)]:
         names = [schur_chain_name(c) for c in schur_chains(alphas, orders)]
         assert len(set(names)) == len(names) and all(re.fullmatch(pattern, n) for n in names), names
+
+
+SCHUR_PREP_SETUP = (
+    KILL_AT_SNAPSHOT
+    + """
+from pathlib import Path
+from test_fanout import _schur_prep_job
+_schur_prep_job(Path({folder!r}), Path({out!r}), {n}, {k_block}, snapshot_s=0)
+"""
+)
+
+
+def _schur_prep_job(folder, out, n, k, snapshot_s=None, **kw):
+    """Block k's prep job (as scripts/spectra_schur_prep.py calls it)."""
+    from layergeom.spectral import pipeline
+
+    s = SCHUR | kw
+    blocks, preps, arrays, _ = _schur_blocks(out, n)
+    prep_kw = {k: s[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
+                                 "ci_blocks", "ci_controls")}  # fmt: skip
+    pipeline.write_schur_prep(_files(folder, blocks[k]), preps[k], arrays[k], first=k * n, snapshot_s=snapshot_s,
+                              **prep_kw)  # fmt: skip
+
+
+def test_a_killed_schur_prep_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
+    """A prep job of 4 boundaries killed before its 3rd snapshot resumes after its 2nd boundary (their arrays
+    wait in the work folder), and the gather writes the single job's bytes."""
+    _schur_single(jac, tmp_path / "one")
+    n, out = 4, tmp_path / "fan"
+    script = SCHUR_PREP_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac),
+                                     out=str(out), n=n, k_block=0)  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    _, preps, arrays, _ = _schur_blocks(out, n)
+    partial = preps[0].parent / resume.PARTIAL
+    assert not preps[0].exists() and not arrays[0].exists()
+    # the arrays of 3 boundaries (the 3rd's written before the kill, its record not saved: it is redone)
+    names = [f"schur_prep_0.b{i}.npz" for i in range(3)] + ["schur_prep_0.snapshot.npz"]
+    assert sorted(p.name for p in partial.glob("*.npz")) == names
+    calls, real = [], resume.Snapshots.save
+
+    def save(self, done, state, force=False):
+        calls.append(done)
+        return real(self, done, state, force)
+
+    monkeypatch.setattr(resume.Snapshots, "save", save)
+    _schur_prep_job(jac, out, n, 0, snapshot_s=0)
+    assert calls == [3, 4]  # the first two boundaries were not prepared again
+    assert not partial.exists()
+    _schur_fanned(jac, out, n)  # block 1's prep and the chains
+    assert (out / "schur.tsv").read_bytes() == (tmp_path / "one" / "schur.tsv").read_bytes()

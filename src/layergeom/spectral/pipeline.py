@@ -642,6 +642,16 @@ class _NpzWriter:
         with self.zip.open(f"{key}.npy", "w", force_zip64=True) as fh:
             np.lib.format.write_array(fh, np.asanyarray(array), allow_pickle=False)
 
+    def copy_from(self, path, prefix: str) -> None:
+        """Every array of the .npz at `path`, as it is stored, under `prefix` + its name."""
+        import shutil
+        import zipfile
+
+        with zipfile.ZipFile(path) as src:
+            for member in src.namelist():
+                with src.open(member) as fin, self.zip.open(prefix + member, "w", force_zip64=True) as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 24)
+
     def close(self) -> None:
         self.zip.close()
 
@@ -661,41 +671,66 @@ def write_schur_prep(
     orders: int,
     ci_blocks: int,
     ci_controls: Iterable[str],
+    snapshot_s: float | None = None,
 ) -> None:
     """One block of a checkpoint's boundaries for the fanned-out Schur surgery (rule ``spectra_schur_prep``):
     ``schur.prepare_boundary`` of each (the single job's per-boundary step; `first` is the depth index of the
     block's first boundary: it seeds the control N' and the random orders). `out_arrays` (.npz) gets what the
     chains read and cannot recompute cheaply (``SCHUR_PREP_ARRAYS``, lossless); `out_part` (pickle) the
     records the gather writes into schur.tsv (the b_* metrics, ‖N‖_F), the boundaries and the group counts.
+
+    Each boundary's arrays go into the work folder (``parts/schur/prep/.partial/``) as it finishes, then into
+    `out_arrays` at the end. ``snapshot_s``: save the records done so far every that many seconds, and resume
+    after them (``resume``; their boundaries' arrays are in the work folder).
     """
     check_surgery(boundary_metrics, orders)
     tol, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
-    records = []
-    with atomic_path(out_arrays) as tmp:
-        npz = _NpzWriter(tmp)
-        try:
-            for i, name in enumerate(progress(files.names, desc="schur prep", unit="boundary")):
-                J = files[name]
-                D = None if reps is None else files.deviations(name, J, counts, reps)
-                prep = prepare_boundary(name, J, D, index=first + i, seed=seed, tol=tol, sr_k=sr_k, alphas=alphas,
-                                        boundary_metrics=boundary_metrics, orders=orders,
-                                        ci_controls=ci_controls)  # fmt: skip
-                form, tan = prep.boundary.form, prep.tangent
-                arrays = {"Q": form.Q, "lam": form.lam, "N": form.N, "n_nonzero": np.int64(form.n_nonzero),
-                          "Y": prep.Y}  # fmt: skip
-                if tan is not None:
-                    arrays |= {"dJ0": tan.dJ0, "W": tan.W, "dnorm_rel": tan.dnorm_rel}
+    what = f"schur_prep_{Path(out_part).stem}"
+    settings = _schur_settings(dtype, rank_tol, ci_level=None, ci_blocks=ci_blocks, ci_controls=ci_controls,
+                               kwargs={"first": first, "alphas": list(alphas), "seed": seed, "sr_k": sr_k,
+                                       "boundary_metrics": boundary_metrics, "orders": orders})  # fmt: skip
+    snap = snapshots_for(files, out_part, what, settings, snapshot_s)
+    work = work_dir(out_part)
+    done = [work / f"{what}.b{i}.npz" for i in range(len(files.names))]  # each boundary's arrays
+    last = snap.load()
+    records = [] if last is None else last["state"]["records"]
+    if any(not p.exists() for p in done[: len(records)]):  # a snapshot without its arrays: start afresh
+        records = []
+    for i, name in enumerate(progress(files.names, desc="schur prep", unit="boundary")):
+        if i < len(records):
+            continue
+        J = files[name]
+        D = None if reps is None else files.deviations(name, J, counts, reps)
+        prep = prepare_boundary(name, J, D, index=first + i, seed=seed, tol=tol, sr_k=sr_k, alphas=alphas,
+                                boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls)  # fmt: skip
+        form, tan = prep.boundary.form, prep.tangent
+        arrays = {"Q": form.Q, "lam": form.lam, "N": form.N, "n_nonzero": np.int64(form.n_nonzero), "Y": prep.Y}
+        if tan is not None:
+            arrays |= {"dJ0": tan.dJ0, "W": tan.W, "dnorm_rel": tan.dnorm_rel}
+        with atomic_path(done[i]) as tmp:
+            npz = _NpzWriter(tmp)
+            try:
                 for key, a in arrays.items():
                     if a is not None:
-                        npz.put(f"b{i}.{key}", a)
-                records.append(prep.record)
-                del prep, form, tan, arrays
+                        npz.put(key, a)
+            finally:
+                npz.close()
+        records.append(prep.record)
+        del prep, form, tan, arrays
+        snap.save(i + 1, lambda: {"records": records})
+    with atomic_path(out_arrays) as tmp:  # the block's arrays, member by member: b{i}.{key}
+        npz = _NpzWriter(tmp)
+        try:
+            for i, path in enumerate(done):
+                npz.copy_from(path, f"b{i}.")
         finally:
             npz.close()
     part = {"format": SCHUR_PART_FORMAT, "boundaries": list(files.names), "first": int(first),
             "counts": [int(c) for c in counts], "records": records}  # fmt: skip
     with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
         pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    remove_work(work, [p.name for p in done])
+    snap.clear()
 
 
 class _PrepArrays:
