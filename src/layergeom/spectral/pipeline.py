@@ -24,6 +24,8 @@ import json
 import logging
 import os
 import pickle
+import shutil
+import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -634,8 +636,6 @@ class _NpzWriter:
     member without the others), so a prep job holds one boundary's arrays at a time."""
 
     def __init__(self, path):
-        import zipfile
-
         self.zip = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True)
 
     def put(self, key: str, array) -> None:
@@ -644,9 +644,6 @@ class _NpzWriter:
 
     def copy_from(self, path, prefix: str) -> None:
         """Every array of the .npz at `path`, as it is stored, under `prefix` + its name."""
-        import shutil
-        import zipfile
-
         with zipfile.ZipFile(path) as src:
             for member in src.namelist():
                 with src.open(member) as fin, self.zip.open(prefix + member, "w", force_zip64=True) as fout:
