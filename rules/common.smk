@@ -32,6 +32,7 @@ from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
 prepend_pythonpath(_SRC)
 from layergeom.jobsettings import settings as _job_settings
 from layergeom.schedule import log_spaced_steps
+from layergeom.spectral.settings import schur_chain_name, schur_chains
 from layergeom.sources import INPUTS as MATERIALIZE_INPUTS, loader_of
 
 try:
@@ -510,6 +511,52 @@ def spectra_parts(wildcards):
     ]
 
 
+def spectra_block_first(wildcards):
+    """The depth index of a block's first boundary (it seeds the Schur control N' and the random orders)."""
+    return boundaries(wildcards.model).index(spectra_block(wildcards)[0])
+
+
+def schur_settings(model):
+    """The model's spectra section and the Schur chains (tuples of settings.schur_chains) by name."""
+    s = section(model, "spectra")
+    return s, {
+        schur_chain_name(c): c for c in schur_chains(s["alphas"], s["schur_orders"])
+    }
+
+
+def schur_chain_of(wildcards):
+    """A chain job's chain (its wildcard), checked against the model's alphas and orders."""
+    chains = schur_settings(wildcards.model)[1]
+    if wildcards.chain not in chains:
+        raise WorkflowError(
+            f"{wildcards.model}: no Schur chain '{wildcards.chain}'; its chains are {sorted(chains)}"
+        )
+    return chains[wildcards.chain]
+
+
+def schur_prep_parts(wildcards, ext="pkl"):
+    """The prep files of a checkpoint's blocks, in boundary order (ext: pkl the records, npz the arrays)."""
+    m, c = wildcards.model, wildcards.checkpoint
+    return [
+        f"results/{m}/{c}/parts/schur/prep/{k}.{ext}"
+        for k in range(len(spectra_blocks(m)))
+    ]
+
+
+def schur_chain_inputs(wildcards):
+    """A chain job's inputs: every boundary's Jacobian files and every block's prep arrays."""
+    return spectra_inputs(wildcards) | {"arrays": schur_prep_parts(wildcards, "npz")}
+
+
+def schur_chain_parts(wildcards):
+    """The chain files a Schur gather reads."""
+    m, c = wildcards.model, wildcards.checkpoint
+    return [
+        f"results/{m}/{c}/parts/schur/chains/{name}.pkl"
+        for name in schur_settings(m)[1]
+    ]
+
+
 def spectra_figure_settings(figure, model):
     """A spectra figure's job settings with what it draws: the model's label, checkpoints and boundaries."""
     return {
@@ -590,6 +637,8 @@ from layergeom.resources import (
     coupling_mem_mb,
     coupling_runtime_min,
     npy_shape,
+    schur_chain_mem_mb,
+    schur_chain_runtime_min,
     spectra_mem_mb,
     spectra_runtime_min,
     store_meta,
@@ -651,6 +700,20 @@ def spectra_runtime(stage):
         return spectra_runtime_min(stage, d, nb, n_groups, spectra) * attempt
 
     return minutes
+
+
+def schur_chain_memory(wildcards, input, attempt):
+    """mem_mb of a Schur chain job for this try (its chain's products, one boundary's operators)."""
+    d, n_groups, _ = spectra_sizes(wildcards.model, input)
+    spectra = section(wildcards.model, "spectra")
+    return schur_chain_mem_mb(d, n_groups, spectra, schur_chain_of(wildcards)) * attempt
+
+
+def schur_chain_runtime(wildcards, input, attempt):
+    """runtime (minutes) of a Schur chain job for this try: its chain's steps through every boundary."""
+    d, _, nb = spectra_sizes(wildcards.model, input)
+    spectra = section(wildcards.model, "spectra")
+    return schur_chain_runtime_min(d, nb, spectra, schur_chain_of(wildcards)) * attempt
 
 
 def gather_memory(wildcards, attempt):

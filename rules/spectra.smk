@@ -144,6 +144,8 @@ rule spectra_cumulative:
         "../scripts/spectra_cumulative.py"
 
 
+# schur.tsv: one job per checkpoint, or (spectra.boundaries_per_job, as the table) a prep job per block of
+# boundaries, a job per product chain through every boundary and a gather (docs/cluster.md).
 rule spectra_schur:
     input:
         unpack(spectra_inputs),
@@ -153,6 +155,8 @@ rule spectra_schur:
         "logs/spectra_schur/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/spectra_schur/{model}/{checkpoint}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models(False)),
     conda:
         torch_env()
     threads: job_threads()
@@ -164,6 +168,87 @@ rule spectra_schur:
         settings=lambda wc: job_settings("spectra_schur", wc.model),
     script:
         "../scripts/spectra_schur.py"
+
+
+# A block's Schur forms, order eigenvectors and tangents (.npz, temp(): d² complex numbers per array, 268 MB each
+# at d = 4096; the chains read them, a re-gather does not) and its records (the b_* metrics, kept: small).
+rule spectra_schur_prep:
+    input:
+        unpack(spectra_part_inputs),
+    output:
+        part="results/{model}/{checkpoint}/parts/schur/prep/{block}.pkl",
+        arrays=temp("results/{model}/{checkpoint}/parts/schur/prep/{block}.npz"),
+    log:
+        "logs/spectra_schur_prep/{model}/{checkpoint}/{block}.log",
+    benchmark:
+        "benchmarks/spectra_schur_prep/{model}/{checkpoint}/{block}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+        block=r"\d+",
+    conda:
+        torch_env()
+    threads: job_threads()
+    resources:
+        mem_mb=spectra_memory("spectra_schur_prep"),
+        runtime=spectra_runtime("spectra_schur_prep"),
+    params:
+        boundaries=spectra_block,
+        first=spectra_block_first,
+        settings=lambda wc: job_settings("spectra_schur_prep", wc.model),
+    script:
+        "../scripts/spectra_schur_prep.py"
+
+
+# One product chain (settings.schur_chains: an operator's J(α) or a random order's, both variants named apart)
+# through every boundary in depth order; its erank per depth (kept: small), resumable from its own snapshot.
+rule spectra_schur_chain:
+    input:
+        unpack(schur_chain_inputs),
+    output:
+        "results/{model}/{checkpoint}/parts/schur/chains/{chain}.pkl",
+    log:
+        "logs/spectra_schur_chain/{model}/{checkpoint}/{chain}.log",
+    benchmark:
+        "benchmarks/spectra_schur_chain/{model}/{checkpoint}/{chain}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+        chain=r"[a-z]+_(?:(?:none|random)_a[0-9.e+-]+|order\d+)",
+    conda:
+        torch_env()
+    threads: job_threads()
+    resources:
+        mem_mb=schur_chain_memory,
+        runtime=schur_chain_runtime,
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        blocks=lambda wc: spectra_blocks(wc.model),
+        settings=lambda wc: job_settings("spectra_schur_chain", wc.model),
+    script:
+        "../scripts/spectra_schur_chain.py"
+
+
+rule spectra_schur_gather:
+    input:
+        preps=schur_prep_parts,
+        chains=schur_chain_parts,
+    output:
+        table_report("results/{model}/{checkpoint}/schur.tsv", "schur"),
+    log:
+        "logs/spectra_schur_gather/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_schur_gather/{model}/{checkpoint}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+    conda:
+        torch_env()
+    resources:
+        mem_mb=gather_memory,
+        runtime=gather_runtime,
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        settings=lambda wc: job_settings("spectra_schur_gather", wc.model),
+    script:
+        "../scripts/spectra_schur_gather.py"
 
 
 # Headline metrics on nested subsets of the samples (the first S of the G sample groups).

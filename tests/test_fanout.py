@@ -16,7 +16,7 @@ import yaml
 from conftest import ROOT
 from lg_runs import TEST_CONFIG_FILE, snakemake
 from test_resume import KILL_AT_SNAPSHOT
-from test_spectral import SPECTRA_KW, nonnormal, write_boundary_files
+from test_spectral import SCHUR_KW, SPECTRA_KW, nonnormal, write_boundary_files
 
 from layergeom import resume
 from layergeom.runtime import LayergeomError
@@ -275,3 +275,282 @@ def test_a_fanned_run_writes_the_one_jobs_bytes_and_reruns_nothing_upstream(tmp_
     assert len(re.findall(r"Rule: spectra_table_(?:part|gather)\b", res.stdout + res.stderr)) == 5
     assert _bytes(out) == _bytes(one) and len(_bytes(one)) == 2
     assert sorted(p.name for p in (out / "parts" / "spectra").iterdir()) == [f"{k}.pkl" for k in range(4)]
+
+
+# ---- the Schur surgery fanned out: prep per block, a job per chain, a gather (spectra_schur_*) -----------------
+SCHUR = SCHUR_KW | {"sr_k": 2, "alphas": [0, 0.5, 1], "orders": 2, "ci_controls": ["none", "random"]}
+
+
+def _schur_single(folder, out, **kw):
+    from layergeom.spectral import pipeline
+
+    pipeline.write_schur(_files(folder, NAMES), out / "schur.tsv", **SCHUR | kw)
+
+
+def _schur_blocks(out, n):
+    """(blocks of n boundaries, their prep records, their prep arrays, the chain parts' folder)."""
+    blocks = [NAMES[i : i + n] for i in range(0, len(NAMES), n)]
+    parts = out / "parts" / "schur"
+    prep = [parts / "prep" / f"{k}.pkl" for k in range(len(blocks))]
+    return blocks, prep, [p.with_suffix(".npz") for p in prep], parts / "chains"
+
+
+def _schur_chain_job(folder, out, n, name, snapshot_s=None, **kw):
+    """One chain job (as scripts/spectra_schur_chain.py calls it) over the preps of blocks of n boundaries."""
+    from layergeom.spectral import pipeline
+
+    s = SCHUR | kw
+    blocks, _, arrays, chains = _schur_blocks(out, n)
+    chain_kw = {k: s[k] for k in ("alphas", "seed", "orders", "dtype", "rank_tol", "ci_level", "ci_blocks",
+                                  "ci_controls")}  # fmt: skip
+    pipeline.write_schur_chain(_files(folder, NAMES), arrays, blocks, chains / f"{name}.pkl", chain=name,
+                               snapshot_s=snapshot_s, **chain_kw)  # fmt: skip
+
+
+def _schur_fanned(folder, out, n, skip=(), **kw):
+    """schur.tsv through the prep of blocks of n boundaries, a job per chain (but those in `skip`, done
+    already) and the gather (as the rules do); returns the chain parts by name."""
+    from layergeom.spectral import pipeline
+    from layergeom.spectral.settings import schur_chain_name, schur_chains
+
+    s = SCHUR | kw
+    blocks, preps, arrays, folder_chains = _schur_blocks(out, n)
+    prep_kw = {k: s[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
+                                 "ci_blocks", "ci_controls")}  # fmt: skip
+    for k, block in enumerate(blocks):
+        if not arrays[k].exists():
+            pipeline.write_schur_prep(_files(folder, block), preps[k], arrays[k], first=k * n, **prep_kw)
+    names = [schur_chain_name(c) for c in schur_chains(s["alphas"], s["orders"])]
+    for name in names:
+        if name not in skip:
+            _schur_chain_job(folder, out, n, name, **kw)
+    chains = {name: folder_chains / f"{name}.pkl" for name in names}
+    pipeline.gather_schur(preps, list(chains.values()), NAMES, out / "schur.tsv", alphas=s["alphas"],
+                          orders=s["orders"])  # fmt: skip
+    return chains
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize(
+    "over",
+    [{}, {"ci_blocks": 0}, {"ci_controls": ["none"], "boundary_metrics": "all", "alphas": [0.25, 0, 1, 0.75]}],
+    ids=["intervals", "no-intervals", "own-intervals"],
+)
+def test_schur_prep_chains_and_gather_write_the_single_jobs_bytes(jac, tmp_path, n, over):
+    _schur_single(jac, tmp_path / "one", **over)
+    chains = _schur_fanned(jac, tmp_path / "fan", n, **over)
+    one, fan = (tmp_path / d / "schur.tsv" for d in ("one", "fan"))
+    assert fan.read_bytes() == one.read_bytes()
+    text = one.read_text()
+    assert text.count("\n") > len(NAMES) * 10 and "nan\tnan" in text  # rows of every chain; nan where no interval
+    if over.get("ci_blocks", 1):  # intervals: finite bounds in the table
+        import pandas as pd
+
+        t = pd.read_csv(one, sep="\t")
+        assert t["erank_ci_low"].notna().any() and t["erank_order_min"].notna().any()
+    assert any("order" in c for c in chains) and any("random" in c for c in chains)
+
+
+def test_the_schur_gather_refuses_a_missing_chain_or_prep(jac, tmp_path):
+    from layergeom.spectral import pipeline
+
+    chains = _schur_fanned(jac, tmp_path / "fan", 4)
+    preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("*.pkl"))
+    out = tmp_path / "bad" / "schur.tsv"
+    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"]}
+    with pytest.raises(LayergeomError, match="not the chains"):
+        pipeline.gather_schur(preps, list(chains.values())[1:], NAMES, out, **kw)
+    with pytest.raises(LayergeomError, match="in order"):
+        pipeline.gather_schur(preps[1:], list(chains.values()), NAMES, out, **kw)
+    assert not out.exists()
+
+
+def _schur_jobs(jobs, model):
+    return sorted((j["rule"], j["wildcards"].get("block") or j["wildcards"].get("chain")) for j in jobs
+                  if j["rule"].startswith("spectra_schur") and j["wildcards"].get("model") == model)  # fmt: skip
+
+
+@pytest.mark.dag
+@pytest.mark.parametrize("n", [3, 4])
+def test_boundaries_per_job_fans_out_one_models_schur(tmp_path, n):
+    """tiny-gpt2 (4 boundaries, checkpoint `init`) with the key below its boundaries: a prep per block, a chain
+    job per chain of settings.schur_chains (the schema's alphas and orders) and a gather; the other models and
+    n = 4 (one block) keep one spectra_schur job."""
+    from schema_defaults import SPECTRA
+
+    from layergeom.names import boundaries_for
+    from layergeom.spectral.settings import schur_chain_name, schur_chains
+
+    names = boundaries_for("gpt2", 2)
+    jobs = _jobs(tmp_path, {"spectra": {"boundaries_per_job": n}})
+    blocks = [names[i : i + n] for i in range(0, len(names), n)]
+    if len(blocks) == 1:
+        assert _schur_jobs(jobs, "tiny-gpt2") == [("spectra_schur", None)]
+        return
+    chains = [schur_chain_name(c) for c in schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])]
+    assert len(chains) == 2 * (2 * len(SPECTRA["alphas"]) - 1) + 2 * SPECTRA["schur_orders"]
+    assert _schur_jobs(jobs, "tiny-gpt2") == sorted(
+        [("spectra_schur_gather", None)]
+        + [("spectra_schur_prep", str(k)) for k in range(len(blocks))]
+        + [("spectra_schur_chain", c) for c in chains]
+    )
+    out, jac = "results/tiny-gpt2/init", "results/tiny-gpt2/init/jacobians"
+    arrays = [f"{out}/parts/schur/prep/{k}.npz" for k in range(len(blocks))]
+    for j in jobs:
+        if j["rule"] == "spectra_schur_prep":
+            k = int(j["wildcards"]["block"])
+            assert j["input"] == [f"{jac}/{b}.{e}" for e in ("npy", "groups.npy", "json") for b in blocks[k]]
+            assert sorted(j["output"]) == [f"{out}/parts/schur/prep/{k}.npz", f"{out}/parts/schur/prep/{k}.pkl"]
+        if j["rule"] == "spectra_schur_chain":  # every boundary's Jacobian files and every block's arrays
+            assert j["input"] == [f"{jac}/{b}.{e}" for e in ("npy", "groups.npy", "json") for b in names] + arrays
+            assert j["output"] == [f"{out}/parts/schur/chains/{j['wildcards']['chain']}.pkl"]
+        if j["rule"] == "spectra_schur_gather":
+            assert j["input"] == [f"{out}/parts/schur/prep/{k}.pkl" for k in range(len(blocks))] + [
+                f"{out}/parts/schur/chains/{c}.pkl" for c in chains
+            ]
+            assert j["output"] == [f"{out}/schur.tsv"]
+    for other in ("tiny-neox", "tiny-llama"):
+        assert {r for r, _ in _schur_jobs(jobs, other)} == {"spectra_schur"}
+
+
+@pytest.mark.dag
+def test_schur_prep_and_chain_resources_count_their_share(tmp_path):
+    """At d = 4096 a prep asks for its block's boundaries (spectra_schur_prep), a chain job for its chain
+    through every boundary (schur_chain_*), both less memory and time than the one job; the gather the fixed
+    GATHER_MB and GATHER_MINUTES."""
+    from schema_defaults import SPECTRA
+
+    from layergeom import resources as R
+    from layergeom.spectral.settings import schur_chain_name, schur_chains
+
+    d, nb, G = 4096, 4, SPECTRA["n_groups"]
+    jobs = _jobs(tmp_path, {"spectra": {"boundaries_per_job": 1}}, d)
+    gpt2 = [j for j in jobs if j["wildcards"].get("model") == "tiny-gpt2"]
+    single_mb = R.spectra_mem_mb("spectra_schur", d, G, SPECTRA, nb)
+    single_min = R.spectra_runtime_min("spectra_schur", d, nb, G, SPECTRA)
+    by_name = {schur_chain_name(c): c for c in schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])}
+    seen = set()
+    for j in (j for j in gpt2 if j["rule"].startswith("spectra_schur_")):
+        res = {k: int(j["resources"][k]) for k in ("mem_mb", "runtime")}
+        if j["rule"] == "spectra_schur_prep":
+            assert res == {"mem_mb": R.spectra_mem_mb("spectra_schur_prep", d, G, SPECTRA, 1),
+                           "runtime": R.spectra_runtime_min("spectra_schur_prep", d, 1, G, SPECTRA)}  # fmt: skip
+        elif j["rule"] == "spectra_schur_chain":
+            chain = by_name[j["wildcards"]["chain"]]
+            assert res == {"mem_mb": R.schur_chain_mem_mb(d, G, SPECTRA, chain),
+                           "runtime": R.schur_chain_runtime_min(d, nb, SPECTRA, chain)}  # fmt: skip
+        elif j["rule"] == "spectra_schur_gather":
+            assert res == {"mem_mb": R.GATHER_MB, "runtime": R.GATHER_MINUTES}
+        seen.add(j["rule"])
+        assert res["mem_mb"] < single_mb and res["runtime"] < single_min
+    assert seen == {"spectra_schur_prep", "spectra_schur_chain", "spectra_schur_gather"}
+
+
+SCHUR_SETUP = (
+    KILL_AT_SNAPSHOT
+    + """
+from pathlib import Path
+from test_fanout import _schur_chain_job
+_schur_chain_job(Path({folder!r}), Path({out!r}), {n}, {chain!r}, snapshot_s=0)
+"""
+)
+
+
+@pytest.mark.parametrize("chain", ["update_random_a0.5", "full_order1"])
+def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypatch, chain):
+    """A chain job (the random control with intervals, or a random order) killed with SIGKILL before its 3rd
+    snapshot resumes after its 2nd boundary, and the gather writes the single job's bytes."""
+    from layergeom.spectral import pipeline
+
+    _schur_single(jac, tmp_path / "one")
+    n, out = 3, tmp_path / "fan"
+    blocks, preps, arrays, chains = _schur_blocks(out, n)
+    for k, block in enumerate(blocks):  # the preps, as _schur_fanned makes them
+        kw = {k: SCHUR[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
+                                    "ci_blocks", "ci_controls")}  # fmt: skip
+        pipeline.write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
+    script = SCHUR_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac), out=str(out),
+                                n=n, chain=chain)  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    part, partial = chains / f"{chain}.pkl", chains / resume.PARTIAL
+    assert not part.exists()
+    assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{chain}.snapshot.npz"]
+    calls, real = [], resume.Snapshots.save
+
+    def save(self, done, state, force=False):
+        calls.append(done)
+        return real(self, done, state, force)
+
+    monkeypatch.setattr(resume.Snapshots, "save", save)
+    _schur_chain_job(jac, out, n, chain, snapshot_s=0)
+    assert calls == list(range(3, len(NAMES) + 1))  # the first two boundaries were not stepped again
+    _schur_fanned(jac, out, n, skip=(chain,))
+    assert (out / "schur.tsv").read_bytes() == (tmp_path / "one" / "schur.tsv").read_bytes()
+    assert not partial.exists()
+
+
+def test_the_chain_names_are_the_surgerys_variants_and_controls():
+    """settings.schur_chains (torch- and numpy-free: the DAG reads it) names the variants and controls the
+    surgery composes, and every chain has its own name that the rule's wildcard constraint accepts."""
+    from layergeom.spectral import cumulative, schur
+    from layergeom.spectral.settings import SCHUR_CONTROLS, SCHUR_VARIANTS, schur_chain_name, schur_chains
+
+    assert SCHUR_VARIANTS == cumulative.VARIANTS and SCHUR_CONTROLS == schur.CONTROLS
+    pattern = re.search(r'chain=r"([^"]+)"', (ROOT / "rules" / "spectra.smk").read_text()).group(1)
+    for alphas, orders in [([0, 0.25, 0.5, 0.75, 1], 8), ([1.0, 0.5, 0.5], 0), ([0.125, 1e-3], 3)]:
+        names = [schur_chain_name(c) for c in schur_chains(alphas, orders)]
+        assert len(set(names)) == len(names) and all(re.fullmatch(pattern, n) for n in names), names
+
+
+SCHUR_PREP_SETUP = (
+    KILL_AT_SNAPSHOT
+    + """
+from pathlib import Path
+from test_fanout import _schur_prep_job
+_schur_prep_job(Path({folder!r}), Path({out!r}), {n}, {k_block}, snapshot_s=0)
+"""
+)
+
+
+def _schur_prep_job(folder, out, n, k, snapshot_s=None, **kw):
+    """Block k's prep job (as scripts/spectra_schur_prep.py calls it)."""
+    from layergeom.spectral import pipeline
+
+    s = SCHUR | kw
+    blocks, preps, arrays, _ = _schur_blocks(out, n)
+    prep_kw = {k: s[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
+                                 "ci_blocks", "ci_controls")}  # fmt: skip
+    pipeline.write_schur_prep(_files(folder, blocks[k]), preps[k], arrays[k], first=k * n, snapshot_s=snapshot_s,
+                              **prep_kw)  # fmt: skip
+
+
+def test_a_killed_schur_prep_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
+    """A prep job of 4 boundaries killed before its 3rd snapshot resumes after its 2nd boundary (their arrays
+    wait in the work folder), and the gather writes the single job's bytes."""
+    _schur_single(jac, tmp_path / "one")
+    n, out = 4, tmp_path / "fan"
+    script = SCHUR_PREP_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac),
+                                     out=str(out), n=n, k_block=0)  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    _, preps, arrays, _ = _schur_blocks(out, n)
+    partial = preps[0].parent / resume.PARTIAL
+    assert not preps[0].exists() and not arrays[0].exists()
+    # the arrays of 3 boundaries (the 3rd's written before the kill, its record not saved: it is redone)
+    names = [f"schur_prep_0.b{i}.npz" for i in range(3)] + ["schur_prep_0.snapshot.npz"]
+    assert sorted(p.name for p in partial.glob("*.npz")) == names
+    calls, real = [], resume.Snapshots.save
+
+    def save(self, done, state, force=False):
+        calls.append(done)
+        return real(self, done, state, force)
+
+    monkeypatch.setattr(resume.Snapshots, "save", save)
+    _schur_prep_job(jac, out, n, 0, snapshot_s=0)
+    assert calls == [3, 4]  # the first two boundaries were not prepared again
+    assert not partial.exists()
+    _schur_fanned(jac, out, n)  # block 1's prep and the chains
+    assert (out / "schur.tsv").read_bytes() == (tmp_path / "one" / "schur.tsv").read_bytes()

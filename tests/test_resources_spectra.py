@@ -89,6 +89,67 @@ def test_schur_state_model_counts_what_schur_surgery_holds(settings):
     assert R.spectra_bytes("spectra_schur", d, 16, full) > held  # the state is part of the peak
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"alphas": [0, 0.5, 1], "schur_orders": 2, "schur_ci_blocks": 3, "schur_ci_controls": ["none", "random"]},
+        {"alphas": [0.25, 1], "schur_orders": 0, "schur_ci_blocks": 0},
+    ],
+)
+def test_each_schur_chain_jobs_state_is_its_share_of_the_single_jobs(settings):
+    """A fanned-out chain job carries its own products only: the state ``schur_chain_steps`` counts for each
+    chain of ``schur_chains`` is exactly what ``schur_surgery`` holds for it, the chains together hold the
+    single job's state, and a chain job asks for less memory than the single job."""
+    from layergeom.spectral.schur import schur_surgery
+    from layergeom.spectral.settings import schur_chains
+
+    full = SPECTRA | settings
+    d, K = 10, int(full["schur_ci_blocks"])
+    mats, devs, _ = checkpoint(d, 2, max(K, 1))
+    snap = Capture()
+    schur_surgery(
+        mats, alphas=full["alphas"], orders=full["schur_orders"], deviations=devs if K else None,
+        weights=np.full(K, 1 / K) if K else None, ci_controls=full["schur_ci_controls"],
+        snapshots=snap, seed=SEED, sr_k=SPECTRA["sr_k"], tol=tol(d),
+        boundary_metrics=SPECTRA["schur_boundary_metrics"], ci_level=SPECTRA["ci_level"],
+    )  # fmt: skip
+    state = snap.states[-1]
+    alphas = [a for a in dict.fromkeys(float(a) for a in full["alphas"]) if a < 1]
+    total = 0
+    for chain in schur_chains(full["alphas"], full["schur_orders"]):
+        if chain[0] == "run":
+            held = array_bytes(state["chains"][chain[1:]])
+        else:
+            held = array_bytes([state["orders"][chain[1], a, chain[2]] for a in alphas])
+        assert held == R.schur_chain_steps(full, chain)["state"] * d * d, chain
+        assert R.schur_chain_bytes(d, 16, full, chain) > held
+        assert R.schur_chain_bytes(4096, 16, full, chain) < R.spectra_bytes("spectra_schur", 4096, 16, full)
+        total += held
+    assert total == array_bytes({k: state[k] for k in ("chains", "orders")}) > 0
+
+
+def test_schur_prep_and_chain_runtimes_share_the_single_jobs():
+    """At d = 4096 and 64 boundaries: a prep of 8 boundaries asks for an eighth of the single job's runtime (its
+    share is bounded by the whole boundary), and the chain jobs together at most the single job's plus one
+    operator per chain step (they form it again from the prep); every one of them less than the single job."""
+    from layergeom.spectral.settings import schur_chains
+
+    d, nb, G = 4096, 64, 16
+    single = R.spectra_runtime_min("spectra_schur", d, nb, G, SPECTRA)
+    assert R.spectra_runtime_min("spectra_schur_prep", d, 8, G, SPECTRA) <= -(-single // 8) + 1
+    chains = [
+        R.schur_chain_runtime_min(d, nb, SPECTRA, c) for c in schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])
+    ]
+    assert max(chains) < single
+    steps = sum(
+        R.schur_chain_steps(SPECTRA, c)["steps"] for c in schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])
+    )
+    ch = R.schur_settings_chains(SPECTRA)
+    assert steps == ch["real"] + ch["complex"] + ch["orders"]  # every product of the single job, once
+    assert sum(chains) <= single * 2 + len(chains)  # at most one more step per chain step (+ rounding up)
+
+
 def test_cumulative_state_model_counts_what_cumulative_rows_holds():
     from layergeom.spectral.cumulative import cumulative_rows
 

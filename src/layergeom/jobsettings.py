@@ -87,6 +87,41 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
             "schur_ci_controls",
         ),
     ),
+    # the Schur surgery fanned out (spectra.boundaries_per_job, as the table): a prep job per block (the Schur
+    # forms, tangents and b_* metrics), a job per product chain (every boundary; the key says which prep file
+    # holds a boundary) and a gather (it needs the chains' α and orders to lay out the rows)
+    "spectra_schur_prep": (
+        "seed",
+        *_keys(
+            "spectra",
+            "schur_control_seed",
+            "alphas",
+            "sr_k",
+            "dtype",
+            "rank_tol",
+            "schur_boundary_metrics",
+            "schur_orders",
+            "schur_ci_blocks",
+            "schur_ci_controls",
+            "boundaries_per_job",
+        ),
+    ),
+    "spectra_schur_chain": (
+        "seed",
+        *_keys(
+            "spectra",
+            "schur_control_seed",
+            "alphas",
+            "dtype",
+            "rank_tol",
+            "schur_orders",
+            "ci_level",
+            "schur_ci_blocks",
+            "schur_ci_controls",
+            "boundaries_per_job",
+        ),
+    ),
+    "spectra_schur_gather": _keys("spectra", "alphas", "schur_orders"),
     "spectra_convergence": (
         *_keys("spectra", "convergence_sizes", "convergence_boundaries", "sr_k", "dtype", "rank_tol", "ci_level"),
     ),

@@ -215,17 +215,12 @@ def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict, n_boundaries
         return per_d2 * d2
     if stage == "spectra_schur":
         ch = schur_settings_chains(s)
-        Ks = int(s["schur_ci_blocks"] or 0)
-        Ks = min(Ks, G) if Ks else 0
         state = 8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
         state += 16 * ch["orders"]
-        # one boundary: J̄'s decomposition (dropped after its metrics), the Schur form Q, T, N, J₀, J − J₀, N', Q N' Qᴴ
-        # and the order sampler's J₀ parts (≈ 10 complex), one reordering J₀^π and its M (2), Δ_k, the tangent
-        # δJ₀ (and the rotations W for a random control with intervals), dM and the chain step's three
-        # complex64 K-stacks, the complex SVD of C or of Λ + αN (U, Vh, workspace ≈ 4 complex)
-        rot = 8 * Ks if "random" in set(s["schur_ci_controls"]) else 0
-        boundary = 8 + 16 * 10 + 16 * 2 + 4 * Ks + 8 * Ks + rot + 2 * 8 * Ks + 3 * 8 * Ks + 16 * 4
-        return (4 * G + state + boundary) * d2
+        return (4 * G + state + schur_boundary_d2(s, G)) * d2
+    if stage == "spectra_schur_prep":
+        # one boundary at a time, as the single job's (its arrays are streamed into the .npz), no chain
+        return (4 * G + schur_boundary_d2(s, G)) * d2
     if stage == "spectra_convergence":
         # at S = G groups: the boundary's first max(S) group means (read once per boundary, copied) and the
         # subset's float64 mean, Δ (K = S) and the products' block deviations (4 blocks); every subset size's
@@ -237,6 +232,78 @@ def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict, n_boundaries
         per_d2 = common + 4 * G + 4 * 4 + chains + decomposition + 16 + 28 + 60 + 3 * 4 * 4
         return per_d2 * d2
     raise ValueError(f"no memory model for '{stage}'")
+
+
+def schur_boundary_d2(spectra: dict, n_groups: int) -> float:
+    """Bytes per d² of one boundary of the Schur surgery besides the chains (``schur.prepare_boundary`` and a
+    step of every chain; the single job and a prep job)."""
+    s = spectra
+    Ks = int(s["schur_ci_blocks"] or 0)
+    Ks = min(Ks, int(n_groups)) if Ks else 0
+    # J̄'s decomposition (dropped after its metrics), the Schur form Q, T, N, J₀, J − J₀, N', Q N' Qᴴ and the order
+    # sampler's J₀ parts (≈ 10 complex), one reordering J₀^π and its M (2), Δ_k, the tangent δJ₀ (and the
+    # rotations W for a random control with intervals), dM and the chain step's three complex64 K-stacks, the
+    # complex SVD of C or of Λ + αN (U, Vh, workspace ≈ 4 complex)
+    rot = 8 * Ks if "random" in set(s["schur_ci_controls"]) else 0
+    return 8 + 16 * 10 + 16 * 2 + 4 * Ks + 8 * Ks + rot + 2 * 8 * Ks + 3 * 8 * Ks + 16 * 4
+
+
+def schur_chain_steps(spectra: dict, chain: tuple) -> dict:
+    """What one chain job of the fanned-out Schur surgery composes (a chain of ``settings.schur_chains``): its
+    products' state in bytes per d² (``state``), its chain steps per boundary (``steps``) and whether it reads the
+    replicates' deviations and the Schur form's tangents (``deviations``, ``tangents``: 0 or 1)."""
+    s = spectra
+    K = int(s["schur_ci_blocks"] or 0)
+    if chain[0] == "order":
+        n = sum(1 for a in {float(a) for a in s["alphas"]} if a < 1)
+        return {"state": 16 * n, "steps": n, "deviations": 0, "tangents": 0}
+    _, _, a, c = chain
+    ci = int(bool(K) and (c in set(s["schur_ci_controls"]) or a == 0))
+    real = (a, c) == (1.0, "none")
+    state = (8 + 4 * K * ci) if real else (16 + 8 * K * ci)
+    return {"state": state, "steps": 1, "deviations": ci, "tangents": ci * int(not real)}
+
+
+def schur_chain_bytes(d: int, n_groups: int, spectra: dict, chain: tuple) -> float:
+    """Peak bytes of one chain job: its products (``schur_chain_steps``) and one boundary's operators read back
+    from the prep (Q, N, J₀, R or N' and Q N' Qᴴ, M: 6 complex; an order's sampler T11, Y, J₀ parts, Z, J₀^π:
+    6 more), J̄, the complex SVD of C (≈ 4 complex), and with an interval the group means (mapped), Δ_k, δJ₀,
+    the rotations W (a random control), dM and the step's three complex64 K-stacks."""
+    s = spectra
+    d2, G = float(d) * d, int(n_groups)
+    K = int(s["schur_ci_blocks"] or 0)
+    K = min(K, G) if K else 0
+    ch = schur_chain_steps(s, chain)
+    per_d2 = ch["state"] + 8 + 16 * 6 + 16 * 4 + (16 * 6 if chain[0] == "order" else 0)
+    rotations = chain[0] == "run" and chain[3] == "random"  # W: the random control's tangent
+    per_d2 += ch["deviations"] * (4 * G + 4 * K + 8 * K + 3 * 8 * K) + ch["tangents"] * 8 * K * (1 + rotations)
+    return per_d2 * d2
+
+
+def schur_chain_mem_mb(d: int | None, n_groups: int, spectra: dict, chain: tuple) -> int:
+    if not d:
+        return MIN_MB
+    return _mb(schur_chain_bytes(int(d), n_groups, spectra, chain))
+
+
+def schur_chain_runtime_min(d: int | None, n_boundaries: int, spectra: dict, chain: tuple) -> int:
+    """A chain job's runtime: the single job's seconds per boundary (RATES, at its grid) shared evenly among the
+    chain steps of a boundary (so the prep's share is spread over them: an upper bound), × the chain's steps
+    plus one (it forms its operator again from the prep arrays: about one step's products), × the boundaries."""
+    if not d:
+        return UNKNOWN_MINUTES
+    s = spectra
+    ch = schur_settings_chains(s)
+    per_step = boundary_seconds("spectra_schur", d) / (ch["complex"] + ch["real"] + ch["orders"])
+    per_step *= max(1.0, _schur_grid_factor(s))
+    return _minutes(per_step * (schur_chain_steps(s, chain)["steps"] + 1) * n_boundaries)
+
+
+def _schur_grid_factor(s: dict) -> float:
+    """The products of this grid relative to the measured one (RATES_SCHUR_GRID): how the per-boundary rate scales."""
+    ch = schur_settings_chains(s)
+    measured = schur_chains(**RATES_SCHUR_GRID)
+    return (ch["complex"] + ch["orders"]) / (measured["complex"] + measured["orders"])
 
 
 def spectra_mem_mb(stage: str, d: int | None, n_groups: int, spectra: dict, n_boundaries: int = 1) -> int:
@@ -272,11 +339,11 @@ def spectra_runtime_min(stage: str, d: int | None, n_boundaries: int, n_groups: 
             "convergence_edge", d
         )
         return _minutes(n_sizes * per_size)
+    if stage == "spectra_schur_prep":  # a share of the single job's boundary: bounded by all of it
+        stage = "spectra_schur"
     rate = boundary_seconds(stage, d)
     if stage == "spectra_schur":
-        ch = schur_settings_chains(s)
-        measured = schur_chains(**RATES_SCHUR_GRID)
-        rate *= max(1.0, (ch["complex"] + ch["orders"]) / (measured["complex"] + measured["orders"]))
+        rate *= max(1.0, _schur_grid_factor(s))
     return _minutes(rate * n_boundaries)
 
 

@@ -7,7 +7,9 @@
   boundaries, :func:`write_spectra_part` (``spectra_table_part``) per block and :func:`gather_spectra`
   (``spectra_table_gather``);
 - :func:`write_cumulative` (``spectra_cumulative``): ``cumulative.tsv``;
-- :func:`write_schur` (``spectra_schur``): ``schur.tsv``;
+- :func:`write_schur` (``spectra_schur``): ``schur.tsv``; fanned out, :func:`write_schur_prep`
+  (``spectra_schur_prep``) per block, :func:`write_schur_chain` (``spectra_schur_chain``) per product chain and
+  :func:`gather_schur` (``spectra_schur_gather``);
 - :func:`write_convergence` (``spectra_convergence``): ``convergence.tsv``.
 
 The tables read the boundaries one at a time in depth order (J̄_b, its group means memory-mapped), so a
@@ -22,6 +24,8 @@ import json
 import logging
 import os
 import pickle
+import shutil
+import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,8 +40,22 @@ from . import intervals
 from .convergence import convergence_rows
 from .cumulative import VARIANTS, cumulative_rows
 from .linear import spectra_intervals
-from .schur import schur_surgery
-from .settings import JacobianSettings
+from .schur import (
+    BoundaryStep,
+    SchurForm,
+    SchurTangent,
+    SurgeryBoundary,
+    _chain_states,
+    _chains_from,
+    check_surgery,
+    prepare_boundary,
+    schur_surgery,
+    step_chain,
+    surgery_rows,
+    surgery_table,
+    wants_interval,
+)
+from .settings import SCHUR_VARIANTS, JacobianSettings, schur_alphas, schur_chain_name, schur_chains
 from .spectra import METRICS, eigenvalue_frame, order_columns, rank_tolerance, spectra_row
 
 log = logging.getLogger("layergeom")
@@ -565,6 +583,33 @@ class _Deviations(Mapping):
         return len(self.files.names)
 
 
+# ---- the Schur surgery fanned out (spectra.boundaries_per_job): prep per block, a job per chain, a gather ----
+#: the format of the Schur part files (``write_schur_prep``, ``write_schur_chain``), checked by their readers
+SCHUR_PART_FORMAT = 1
+#: the arrays of one boundary in a prep's .npz (``b{i}.{name}``: i its place in the block): the Schur form
+#: (Q, λ, N, the number of non-zero modes), the order sampler's eigenvectors Y (orders, where usable) and the
+#: tangents (intervals: δJ₀, the rotations W with a random control in schur_ci_controls, δ‖N‖/‖N‖)
+SCHUR_PREP_ARRAYS = ("Q", "lam", "N", "n_nonzero", "Y", "dJ0", "W", "dnorm_rel")
+
+
+def _schur_setup(files: BoundaryFiles, ci_blocks: int, ci_controls, dtype: str, rank_tol, what: str):
+    """(τ, the replicates or None, the group counts, ci_controls sorted) of a Schur job."""
+    d = files[files.names[0]].shape[0]
+    counts = files.counts()
+    reps = _replicates(counts, ci_blocks, what) if ci_blocks != 0 else None
+    if reps is not None:
+        log.info("Schur intervals: linearised jackknife over %d blocks of %d groups, controls %s",
+                 reps.K, len(counts), ", ".join(ci_controls))  # fmt: skip
+    return rank_tolerance(d, dtype, rank_tol), reps, counts, sorted(ci_controls)
+
+
+def _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls, kwargs) -> dict:
+    return {"dtype": dtype, "rank_tol": rank_tol, "ci_level": ci_level, "ci_blocks": ci_blocks,
+            "ci_controls": ci_controls, **{k: sorted(v) if isinstance(v, (set, frozenset)) else
+                                           list(v) if isinstance(v, tuple) else v
+                                           for k, v in kwargs.items()}}  # fmt: skip
+
+
 def write_schur(
     files: BoundaryFiles,
     out_tsv,
@@ -583,25 +628,247 @@ def write_schur(
     from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, sr_k, boundary_metrics, orders,
     variants).
     """
-    d = files[files.names[0]].shape[0]
-    tol = rank_tolerance(d, dtype, rank_tol)
-    devs, weights = None, None
-    counts = files.counts()
-    reps = _replicates(counts, ci_blocks, "schur.tsv") if ci_blocks != 0 else None
-    if reps is not None:
-        devs, weights = _Deviations(files, counts, reps), reps.weights
-        log.info("Schur intervals: linearised jackknife over %d blocks of %d groups, controls %s",
-                 reps.K, len(counts), ", ".join(ci_controls))  # fmt: skip
-    ci_controls = sorted(ci_controls)  # a set for schur_surgery; sorted for the key
-    settings = {"dtype": dtype, "rank_tol": rank_tol, "ci_level": ci_level, "ci_blocks": ci_blocks,
-                "ci_controls": ci_controls, **{k: sorted(v) if isinstance(v, (set, frozenset)) else
-                                               list(v) if isinstance(v, tuple) else v
-                                               for k, v in kwargs.items()}}  # fmt: skip
+    tol, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
+    devs, weights = (None, None) if reps is None else (_Deviations(files, counts, reps), reps.weights)
+    settings = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls, kwargs)
     snap = snapshots_for(files, out_tsv, "schur", settings, snapshot_s)
     table = schur_surgery(files, tol=tol, deviations=devs, weights=weights, ci_level=ci_level,
                           ci_controls=ci_controls, snapshots=snap, **kwargs)  # fmt: skip
     write_tsv(table, out_tsv)
     snap.clear()
+    return table
+
+
+class _NpzWriter:
+    """Arrays written one at a time into an uncompressed .npz (what ``np.savez`` writes; ``np.load`` reads one
+    member without the others), so a prep job holds one boundary's arrays at a time."""
+
+    def __init__(self, path):
+        self.zip = zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True)
+
+    def put(self, key: str, array) -> None:
+        with self.zip.open(f"{key}.npy", "w", force_zip64=True) as fh:
+            np.lib.format.write_array(fh, np.asanyarray(array), allow_pickle=False)
+
+    def copy_from(self, path, prefix: str) -> None:
+        """Every array of the .npz at `path`, as it is stored, under `prefix` + its name."""
+        with zipfile.ZipFile(path) as src:
+            for member in src.namelist():
+                with src.open(member) as fin, self.zip.open(prefix + member, "w", force_zip64=True) as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 24)
+
+    def close(self) -> None:
+        self.zip.close()
+
+
+def write_schur_prep(
+    files: BoundaryFiles,
+    out_part,
+    out_arrays,
+    *,
+    first: int,
+    alphas,
+    seed: int,
+    sr_k: int,
+    dtype: str,
+    rank_tol: float | None,
+    boundary_metrics: str,
+    orders: int,
+    ci_blocks: int,
+    ci_controls: Iterable[str],
+    snapshot_s: float | None = None,
+) -> None:
+    """One block of a checkpoint's boundaries for the fanned-out Schur surgery (rule ``spectra_schur_prep``):
+    ``schur.prepare_boundary`` of each (the single job's per-boundary step; `first` is the depth index of the
+    block's first boundary: it seeds the control N' and the random orders). `out_arrays` (.npz) gets what the
+    chains read and cannot recompute cheaply (``SCHUR_PREP_ARRAYS``, lossless); `out_part` (pickle) the
+    records the gather writes into schur.tsv (the b_* metrics, ‖N‖_F), the boundaries and the group counts.
+
+    Each boundary's arrays go into the work folder (``parts/schur/prep/.partial/``) as it finishes, then into
+    `out_arrays` at the end. ``snapshot_s``: save the records done so far every that many seconds, and resume
+    after them (``resume``; their boundaries' arrays are in the work folder).
+    """
+    check_surgery(boundary_metrics, orders)
+    tol, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
+    what = f"schur_prep_{Path(out_part).stem}"
+    settings = _schur_settings(dtype, rank_tol, ci_level=None, ci_blocks=ci_blocks, ci_controls=ci_controls,
+                               kwargs={"first": first, "alphas": list(alphas), "seed": seed, "sr_k": sr_k,
+                                       "boundary_metrics": boundary_metrics, "orders": orders})  # fmt: skip
+    snap = snapshots_for(files, out_part, what, settings, snapshot_s)
+    work = work_dir(out_part)
+    done = [work / f"{what}.b{i}.npz" for i in range(len(files.names))]  # each boundary's arrays
+    last = snap.load()
+    records = [] if last is None else last["state"]["records"]
+    if any(not p.exists() for p in done[: len(records)]):  # a snapshot without its arrays: start afresh
+        records = []
+    for i, name in enumerate(progress(files.names, desc="schur prep", unit="boundary")):
+        if i < len(records):
+            continue
+        J = files[name]
+        D = None if reps is None else files.deviations(name, J, counts, reps)
+        prep = prepare_boundary(name, J, D, index=first + i, seed=seed, tol=tol, sr_k=sr_k, alphas=alphas,
+                                boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls)  # fmt: skip
+        form, tan = prep.boundary.form, prep.tangent
+        arrays = {"Q": form.Q, "lam": form.lam, "N": form.N, "n_nonzero": np.int64(form.n_nonzero), "Y": prep.Y}
+        if tan is not None:
+            arrays |= {"dJ0": tan.dJ0, "W": tan.W, "dnorm_rel": tan.dnorm_rel}
+        with atomic_path(done[i]) as tmp:
+            npz = _NpzWriter(tmp)
+            try:
+                for key, a in arrays.items():
+                    if a is not None:
+                        npz.put(key, a)
+            finally:
+                npz.close()
+        records.append(prep.record)
+        del prep, form, tan, arrays
+        snap.save(i + 1, lambda: {"records": records})
+    with atomic_path(out_arrays) as tmp:  # the block's arrays, member by member: b{i}.{key}
+        npz = _NpzWriter(tmp)
+        try:
+            for i, path in enumerate(done):
+                npz.copy_from(path, f"b{i}.")
+        finally:
+            npz.close()
+    part = {"format": SCHUR_PART_FORMAT, "boundaries": list(files.names), "first": int(first),
+            "counts": [int(c) for c in counts], "records": records}  # fmt: skip
+    with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
+        pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    remove_work(work, [p.name for p in done])
+    snap.clear()
+
+
+class _PrepArrays:
+    """boundary index -> its prep arrays (``write_schur_prep``'s .npz of its block), read when asked."""
+
+    def __init__(self, arrays: list, blocks: list[list[str]]):
+        self.where = [(path, i) for path, block in zip(arrays, blocks) for i in range(len(block))]
+
+    def read(self, bi: int, keys) -> dict:
+        path, i = self.where[bi]
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[f"b{i}.{k}"] if f"b{i}.{k}.npy" in z.zip.namelist() else None for k in keys}
+
+
+def write_schur_chain(
+    files: BoundaryFiles,
+    prep_arrays: list,
+    blocks: list[list[str]],
+    out_part,
+    *,
+    chain: str,
+    alphas,
+    seed: int,
+    orders: int,
+    dtype: str,
+    rank_tol: float | None,
+    ci_level: float,
+    ci_blocks: int,
+    ci_controls: Iterable[str],
+    snapshot_s: float | None = None,
+) -> None:
+    """One product chain of the Schur surgery through every boundary in depth order (rule ``spectra_schur_chain``):
+    `chain` a name of ``settings.schur_chains`` (``schur_chain_name``), stepped by ``schur.step_chain`` (the
+    single job's) on the operators rebuilt from the prep arrays (`prep_arrays`, one .npz per block of
+    `blocks`), J̄ and the replicates' deviations from `files` (every boundary). Writes its results per depth
+    (pickle) for ``gather_schur``.
+
+    ``snapshot_s``: save the products every that many seconds, and resume from them (``resume``); the chains of
+    a checkpoint share their work folder (``parts/schur/chains/.partial/``), each with its own snapshot.
+    """
+
+    alphas = schur_alphas(alphas)
+    plan = {schur_chain_name(c): c for c in schur_chains(alphas, orders)}
+    if chain not in plan:
+        raise LayergeomError(f"no Schur chain '{chain}' at alphas {alphas} and {orders} orders; one of {sorted(plan)}")
+    spec = plan[chain]
+    if [n for block in blocks for n in block] != list(files.names):
+        raise LayergeomError(f"the Schur prep blocks {blocks} do not hold the boundaries {files.names} in order")
+    _, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
+    weights = None if reps is None else reps.weights
+    prep = _PrepArrays(prep_arrays, blocks)
+    settings = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls,
+                               {"chain": chain, "alphas": alphas, "seed": seed, "orders": orders})  # fmt: skip
+    snap = Snapshots.for_job(out_part, f"schur_chain_{chain}", [*files.paths(), *prep_arrays], settings, snapshot_s)
+    last = snap.load()
+    start, results, chains = 0, [], {}
+    if last is not None:
+        start, results, chains = last["done"], last["state"]["results"], _chains_from(last["state"]["chains"])
+    # deviations where the chain carries an interval; the Schur form's tangents unless it is J̄ itself
+    needs_D = reps is not None and spec[0] == "run" and wants_interval(spec[2], spec[3], ci_controls)
+    tangent = ["dJ0", "W", "dnorm_rel"] if needs_D and spec[2:] != (1.0, "none") else []
+    keys = ["Q", "lam", "N", "n_nonzero", *(["Y"] if spec[0] == "order" else []), *tangent]
+    for bi in progress(range(start, len(files.names)), total=len(files.names), initial=start, desc=f"schur {chain}",
+                       unit="boundary"):  # fmt: skip
+        name = files.names[bi]
+        J = files[name]
+        a = prep.read(bi, keys)
+        form = SchurForm(Q=a["Q"], lam=a["lam"], N=a["N"], n_nonzero=int(a["n_nonzero"]))
+        b = SurgeryBoundary(J=np.asarray(J, dtype=np.float64), form=form, seed=seed, index=bi)
+        tan = (
+            None if a.get("dJ0") is None else SchurTangent(W=a["W"], dlam=None, dJ0=a["dJ0"], dnorm_rel=a["dnorm_rel"])
+        )
+        D = files.deviations(name, J, counts, reps) if needs_D else None
+        st = BoundaryStep(b, tan, D, a.get("Y"), orders, ci_controls)
+        results.append(step_chain(spec, chains, st, alphas=alphas, weights=weights, ci_level=ci_level))
+        del st, b, form, a, tan, D
+        snap.save(bi + 1, lambda: {"results": results, "chains": _chain_states(chains)})
+    part = {"format": SCHUR_PART_FORMAT, "chain": list(spec), "boundaries": list(files.names),
+            "counts": [int(c) for c in counts], "results": results}  # fmt: skip
+    with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
+        pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    snap.clear()
+
+
+def gather_schur(preps: list, chains: list, boundaries: list[str], out_tsv, *, alphas, orders: int) -> pd.DataFrame:
+    """schur.tsv of a checkpoint from its prep records and its chains' results (rule ``spectra_schur_gather``):
+    byte for byte what :func:`write_schur` writes in one job (``schur.surgery_rows``, ``surgery_table``).
+
+    The preps must cover `boundaries` in order, each once; every chain of ``schur_chains`` must be there once,
+    over the same boundaries; all with one grouping of the samples."""
+
+    def load(path, what):
+        with open(path, "rb") as fh:
+            part = pickle.load(fh)
+        if not isinstance(part, dict) or part.get("format") != SCHUR_PART_FORMAT:
+            raise LayergeomError(f"{path}: not a Schur {what} part of this version; rerun its spectra_schur_{what} job")
+        return part
+
+    records, names, first = [], [], None
+
+    def same_counts(path, part):
+        nonlocal first
+        if first is None:
+            first = (path, part["counts"])
+        elif part["counts"] != first[1]:
+            raise LayergeomError(f"{path}: group_counts {part['counts']} differ from {first[0]}'s {first[1]}; the "
+                                 "intervals need one grouping of the samples per checkpoint: rerun the Jacobian job")  # fmt: skip
+
+    for path in preps:
+        part = load(path, "prep")
+        same_counts(path, part)
+        names += part["boundaries"]
+        records += part["records"]
+    if names != list(boundaries):
+        raise LayergeomError(f"the Schur prep parts {[str(p) for p in preps]} hold boundaries {names}, not the "
+                             f"checkpoint's {list(boundaries)} in order; rerun the spectra_schur_prep jobs")  # fmt: skip
+    alphas = schur_alphas(alphas)
+    plan = schur_chains(alphas, orders)
+    results = {}
+    for path in chains:
+        part = load(path, "chain")
+        same_counts(path, part)
+        spec = tuple(part["chain"])
+        if part["boundaries"] != names or spec in results:
+            raise LayergeomError(f"{path}: chain {spec} over boundaries {part['boundaries']} (twice, or not the "
+                                 f"checkpoint's {names}); rerun the spectra_schur_chain jobs")  # fmt: skip
+        results[spec] = part["results"]
+    if set(results) != set(plan):
+        raise LayergeomError(f"the Schur chain parts hold {sorted(map(str, results))}, not the chains "
+                             f"{sorted(map(str, plan))}; rerun the spectra_schur_chain jobs")  # fmt: skip
+    rows = surgery_rows(records, results, alphas=alphas, variants=list(SCHUR_VARIANTS), orders=orders)
+    table = surgery_table(rows, list(SCHUR_VARIANTS))
+    write_tsv(table, out_tsv)
     return table
 
 

@@ -41,12 +41,20 @@ eigenvalues are rounding, its J₀ is 0). The tangent holds the eigenvalue order
 variability of the surgery at the canonical order (the spread over orders is reported beside it). The random
 control Q N' Qᴴ (a fixed draw N') also depends on the phases of the Schur vectors, which LAPACK fixes
 arbitrarily; its tangent carries them along (W_ii = 0).
+
+**One implementation, one job or many.** Per boundary ``prepare_boundary`` (J̄'s metrics, the Schur form, the
+order sampler's eigenvectors, the tangents, the b_* metrics), per boundary and chain ``step_chain`` (the chains
+of ``settings.schur_chains``), at the end ``surgery_rows`` and ``surgery_table``: ``schur_surgery`` runs them in
+one loop; a checkpoint fanned out over jobs (spectra.boundaries_per_job; layergeom.spectral.pipeline) runs the
+first in its prep jobs, the second in a job per chain on the operators rebuilt from the preps' arrays, the
+last in its gather, and writes the same bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -59,6 +67,7 @@ from ..resume import NO_SNAPSHOTS, Snapshots
 from ..runtime import progress
 from .cumulative import VARIANTS, ProductChain, step_operator, tangent_floor
 from .intervals import jackknife_interval
+from .settings import schur_alphas, schur_chains, schur_runs
 from .spectra import Decomposition, decompose, nonzero_modes, spectral_metrics
 
 CONTROLS = ("none", "random")
@@ -161,7 +170,7 @@ class OrderSampler:
     Schur vectors and eigenvalues stay (their invariant subspace is the same for every order of the rest).
     """
 
-    def __init__(self, form: SchurForm):
+    def __init__(self, form: SchurForm, Y: np.ndarray | None | str = "compute"):
         self.form = form
         d = len(form.lam)
         self.r = d if form.n_nonzero is None else int(form.n_nonzero)
@@ -169,11 +178,8 @@ class OrderSampler:
         self.T11 = np.diag(form.lam[:r]) + form.N[:r, :r]  # (r, r) upper triangular
         Qz = form.Q[:, r:]
         self.J0_zero = (Qz * form.lam[r:]) @ Qz.conj().T  # (d, d): the zero block's share of J₀
-        self.Y = None
-        if r > 1:
-            w, Y = scipy.linalg.eig(self.T11)  # eigenvectors of a triangular matrix (LAPACK trevc)
-            if np.array_equal(w, form.lam[:r]) and np.isfinite(Y).all():  # in diagonal order
-                self.Y = Y
+        # the eigenvectors of T11 (``order_eigenvectors``), or those it gave before (a fanned-out Schur prep's)
+        self.Y = order_eigenvectors(form) if isinstance(Y, str) else Y
         self.fallbacks = 0
 
     def basis(self, perm: np.ndarray) -> np.ndarray:
@@ -191,6 +197,18 @@ class OrderSampler:
             return self.form.normal_part
         W = self.form.Q[:, :r] @ self.basis(perm)  # (d, r) the Schur vectors in order π
         return (W * self.form.lam[:r][perm]) @ W.conj().T + self.J0_zero
+
+
+def order_eigenvectors(form: SchurForm) -> np.ndarray | None:
+    """The eigenvectors Y (r, r) of the leading triangular block T11 of `form` (r = its non-zero modes; LAPACK
+    trevc), in diagonal order; None where r < 2 or LAPACK returned them in another order or not finite (every
+    order is then swapped into place by ztrexc)."""
+    d = len(form.lam)
+    r = d if form.n_nonzero is None else int(form.n_nonzero)
+    if r <= 1:
+        return None
+    w, Y = scipy.linalg.eig(np.diag(form.lam[:r]) + form.N[:r, :r])  # eigenvectors of a triangular matrix
+    return Y if np.array_equal(w, form.lam[:r]) and np.isfinite(Y).all() else None
 
 
 def permuted_basis(T: np.ndarray, Y: np.ndarray, perm: np.ndarray) -> np.ndarray | None:
@@ -354,27 +372,40 @@ def order_spread(values: list[float]) -> tuple[float, float]:
 
 @dataclass
 class SurgeryBoundary:
-    """The operators of one boundary's surgery: J̄ (and its ``spectral_metrics``, as in spectra.tsv), its Schur
-    form in the canonical order, the normal part J₀, the own non-normal part R = J̄ − J₀ (= Q N Qᴴ up to
-    rounding) and the random control R' = Q N' Qᴴ (N' seeded by [seed, boundary index])."""
+    """The operators of one boundary's surgery: J̄ (and its ``spectral_metrics``, as in spectra.tsv, where it was
+    decomposed here), its Schur form in the canonical order, the normal part J₀, the own non-normal part
+    R = J̄ − J₀ (= Q N Qᴴ up to rounding) and the random control R' = Q N' Qᴴ (N' seeded by [seed, boundary
+    index]); J₀, R, N' and R' are formed when first read (a chain of the own N never draws N')."""
 
     J: np.ndarray
-    eigen: dict
     form: SchurForm
-    J0: np.ndarray
-    R_own: np.ndarray
-    Nr: np.ndarray
-    R_rand: np.ndarray
+    seed: int
+    index: int
+    eigen: dict | None = None
 
     @classmethod
     def of(cls, J: np.ndarray, *, tol: float, sr_k: int, seed: int, index: int) -> SurgeryBoundary:
         J = np.asarray(J, dtype=np.float64)
-        d = J.shape[0]
         eigen = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=decompose(J))  # J̄'s, as in spectra.tsv
         form = schur_form(J, tol, n_modes=eigen["n_modes"])
-        J0 = form.normal_part  # (d, d)
-        Nr = random_strict_upper(d, float(np.linalg.norm(form.N)), np.random.default_rng([seed, index]))
-        return cls(J=J, eigen=eigen, form=form, J0=J0, R_own=J - J0, Nr=Nr, R_rand=form.Q @ Nr @ form.Q.conj().T)
+        return cls(J=J, form=form, seed=seed, index=index, eigen=eigen)
+
+    @cached_property
+    def J0(self) -> np.ndarray:
+        return self.form.normal_part  # (d, d)
+
+    @cached_property
+    def R_own(self) -> np.ndarray:
+        return self.J - self.J0
+
+    @cached_property
+    def Nr(self) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, self.index])
+        return random_strict_upper(self.J.shape[0], float(np.linalg.norm(self.form.N)), rng)
+
+    @cached_property
+    def R_rand(self) -> np.ndarray:
+        return self.form.Q @ self.Nr @ self.form.Q.conj().T
 
     def non_normal(self, control: str) -> np.ndarray:
         """The strictly upper-triangular N of a control: the own N, or the random N'."""
@@ -404,29 +435,150 @@ class SurgeryBoundary:
         return None
 
 
-class OrderSpread:
-    """The cumulative J(α) products at K random orders of each boundary's non-zero modes (α < 1, every
-    variant): ``step`` composes one boundary and returns (variant, α) -> the erank at each order."""
+def wants_interval(alpha: float, control: str, ci_controls) -> bool:
+    """Whether the chains of (α, control) carry the replicates' tangents (given intervals): the controls in
+    ``ci_controls``, and α = 0 (one operator for both controls)."""
+    return control in ci_controls or alpha == 0
 
-    def __init__(self, variants: list[str], alphas: list[float], orders: int, seed: int):
-        self.variants, self.alphas, self.orders, self.seed = variants, alphas, int(orders), seed
-        self.chains = {(v, a, k): None for v in variants for a in alphas for k in range(self.orders)}
 
-    def step(self, b: SurgeryBoundary, index: int) -> dict:
-        spread = {(v, a): [] for v in self.variants for a in self.alphas}
-        if not self.chains:
-            return spread
-        sampler = OrderSampler(b.form)
-        d = b.J.shape[0]
-        for k, perm in enumerate(random_orders(sampler.r, self.orders, self.seed, index)):
-            J0k = sampler.normal_part(perm)  # (d, d) one reordering for every α and variant
-            for a in self.alphas:
-                M = J0k if a == 0 else J0k + a * (b.J - J0k)
-                for v in self.variants:
-                    if self.chains[v, a, k] is None:
-                        self.chains[v, a, k] = ProductChain(tangent_floor(d))
-                    spread[v, a].append(self.chains[v, a, k].step(step_operator(M, v))[0])  # singular values only
-        return spread
+def needs_tangent(runs: list[tuple[float, str]], ci_controls, intervals: bool) -> bool:
+    """Whether a boundary's Schur form needs its tangents: some chain with an interval other than J̄ itself."""
+    return intervals and any((a != 1 or c != "none") and wants_interval(a, c, ci_controls) for a, c in runs)
+
+
+@dataclass
+class SurgeryPrep:
+    """One boundary's share of the surgery that does not depend on a chain (``prepare_boundary``): its
+    operators (``SurgeryBoundary``), the eigenvectors of the order sampler (``order_eigenvectors``; None
+    without random orders or where LAPACK's are unusable), the tangents of the Schur form (None without
+    intervals) and its ``record``: the boundary, the b_* columns of every (α, control) of ``schur_runs`` and
+    ‖N‖_F of each control. A fanned-out prep job writes the form, Y and the tangents for the chain jobs and
+    keeps the record for the gather."""
+
+    boundary: SurgeryBoundary
+    Y: np.ndarray | None
+    tangent: SchurTangent | None
+    record: dict
+
+
+def prepare_boundary(
+    name: str,
+    J: np.ndarray,
+    D: np.ndarray | None,
+    *,
+    index: int,
+    seed: int,
+    tol: float,
+    sr_k: int,
+    alphas: list[float],
+    boundary_metrics: str,
+    orders: int,
+    ci_controls,
+) -> SurgeryPrep:
+    """The per-boundary step of the surgery (the single job and the prep jobs run it): J̄'s metrics and Schur
+    form, the order sampler's eigenvectors, the tangents (D: the replicates' deviations, None without
+    intervals) and the b_* metrics of every (α, control)."""
+    runs = schur_runs(alphas)
+    b = SurgeryBoundary.of(J, tol=tol, sr_k=sr_k, seed=seed, index=index)
+    spread = int(orders) > 0 and any(a < 1 for a in schur_alphas(alphas))
+    Y = order_eigenvectors(b.form) if spread else None
+    tan = None
+    if needs_tangent(runs, set(ci_controls), D is not None):
+        tan = schur_tangent(b.form, b.J, D, keep_rotation="random" in set(ci_controls))
+    metrics = [b.boundary_metrics(a, c, boundary_metrics, sr_k=sr_k, tol=tol) for a, c in runs]
+    fro = {c: float(np.linalg.norm(b.non_normal(c))) for c in CONTROLS}
+    return SurgeryPrep(b, Y, tan, {"boundary": name, "metrics": metrics, "fro": fro})
+
+
+class BoundaryStep:
+    """What the product chains read at one boundary: its operators, the Schur form's tangents, the replicates'
+    deviations D (None without intervals) and the sampler of the random orders. The operator of one
+    (α, control) and the normal part of one order are formed once for the chains that read them in a row
+    (both variants, in ``schur_chains``' order), and dropped when another is asked for."""
+
+    def __init__(self, b: SurgeryBoundary, tangent: SchurTangent | None, D: np.ndarray | None,
+                 Y: np.ndarray | None, orders: int, ci_controls):  # fmt: skip
+        self.b, self.tangent, self.D, self.Y, self.orders = b, tangent, D, Y, int(orders)
+        self.ci_controls = set(ci_controls)
+        self._op = self._J0k = (None, None)
+
+    @cached_property
+    def sampler(self) -> OrderSampler:
+        return OrderSampler(self.b.form, self.Y)
+
+    @cached_property
+    def perms(self) -> list[np.ndarray]:
+        return random_orders(self.sampler.r, self.orders, self.b.seed, self.b.index)
+
+    def operator(self, alpha: float, control: str):
+        """(M, dM) of ``SurgeryBoundary.operator``, with the deviations where the chain carries an interval."""
+        if self._op[0] != (alpha, control):
+            self._op = (None, None)
+            want = self.D is not None and wants_interval(alpha, control, self.ci_controls)
+            self._op = ((alpha, control), self.b.operator(alpha, control, self.D if want else None, self.tangent))
+        return self._op[1]
+
+    def order_normal_part(self, k: int) -> np.ndarray:
+        """J₀^π of the k-th random order (``OrderSampler.normal_part``)."""
+        if self._J0k[0] != k:
+            self._J0k = self._op = (None, None)  # the operators' chains are done with this boundary
+            self._J0k = (k, self.sampler.normal_part(self.perms[k]))
+        return self._J0k[1]
+
+
+def step_chain(chain: tuple, chains: dict, st: BoundaryStep, *, alphas: list[float], weights, ci_level: float):
+    """One boundary's step of one chain of ``schur_chains`` (the single job and the chain jobs run it), its
+    ProductChain(s) in `chains` (created at the first step). A run ("run", v, α, control): (erank, log‖C‖_F,
+    erank_ci_low, erank_ci_high), the interval nan without tangents; an order ("order", v, k): the erank at
+    each α < 1 of `alphas`, in order."""
+    d = st.b.J.shape[0]
+    if chain[0] == "run":
+        _, v, alpha, control = chain
+        M, dM = st.operator(alpha, control)
+        key = (v, alpha, control)
+        if chains.get(key) is None:
+            chains[key] = ProductChain(tangent_floor(d))
+        erank, log_norm, reps = chains[key].step(step_operator(M, v), dM)
+        lo, hi = (np.nan, np.nan)
+        if dM is not None:
+            lo, hi = jackknife_interval(erank, reps, weights, ci_level, "log")
+        return erank, log_norm, lo, hi
+    _, v, k = chain
+    J0k = st.order_normal_part(k)  # (d, d) one reordering for every α
+    out = []
+    for a in (a for a in alphas if a < 1):
+        M = J0k if a == 0 else J0k + a * (st.b.J - J0k)
+        key = (v, a, k)
+        if chains.get(key) is None:
+            chains[key] = ProductChain(tangent_floor(d))
+        out.append(chains[key].step(step_operator(M, v))[0])  # singular values only
+    return out
+
+
+def surgery_rows(records: list[dict], results: dict, *, alphas: list[float], variants: list[str], orders: int):
+    """The rows of schur.tsv from the boundaries' records (``SurgeryPrep.record``, depth order) and the chains'
+    results (chain -> its ``step_chain`` results, depth order), in the order one job composes them."""
+    alphas = schur_alphas(alphas)
+    spread = [a for a in alphas if a < 1]
+    rows = []
+    for bi, rec in enumerate(records):
+        for (alpha, control), bm in zip(schur_runs(alphas), rec["metrics"]):
+            for v in variants:
+                erank, log_norm, lo, hi = results["run", v, alpha, control][bi]
+                row = {"variant": v, "alpha": alpha, "control": control, "depth": bi + 1, "erank": erank}
+                omin, omax = (np.nan, np.nan)
+                if orders and control == "none":
+                    if alpha == 1:
+                        omin, omax = (erank, erank)
+                    elif alpha in spread:
+                        at = spread.index(alpha)
+                        omin, omax = order_spread([results["order", v, k][bi][at] for k in range(int(orders))])
+                row |= {"erank_ci_low": lo, "erank_ci_high": hi, "erank_order_min": omin, "erank_order_max": omax}
+                row |= {"boundary": rec["boundary"], "log_norm": log_norm, "nonnormal_fro": rec["fro"][control]}
+                if bm is not None:
+                    row |= bm
+                rows.append(row)
+    return rows
 
 
 def _chain_states(chains: dict) -> dict:
@@ -437,7 +589,7 @@ def _chains_from(states: dict) -> dict:
     return {k: None if c is None else ProductChain.from_state(c) for k, c in states.items()}
 
 
-def _check_surgery(boundary_metrics: str, orders: int) -> None:
+def check_surgery(boundary_metrics: str, orders: int) -> None:
     if boundary_metrics not in ("own", "all", "none"):
         raise ValueError(f"boundary_metrics must be own, all or none, not '{boundary_metrics}'")
     if int(orders) < 0:
@@ -495,57 +647,41 @@ def schur_surgery(
     after its last snapshot (the boundaries it covers are not read) and saves the products as it goes; each
     boundary's control N' and random orders are seeded by its depth, so a resumed run draws the same.
 
-    Per boundary, in named steps: its operators (``SurgeryBoundary``), the order spread (``OrderSpread``),
-    the Schur form's tangents (``schur_tangent``, when intervals are asked), then one step of every product
-    chain; the table at the end (``surgery_table``). A progress bar counts the boundaries.
+    Per boundary: its share that no chain owns (``prepare_boundary``: J̄'s metrics and Schur form, the order
+    sampler, the tangents, the b_* metrics), then one step of every chain of ``schur_chains``
+    (``step_chain``); the rows (``surgery_rows``) and the table (``surgery_table``) at the end. A checkpoint
+    fanned out over jobs (layergeom.spectral.pipeline: ``write_schur_prep``, ``write_schur_chain``,
+    ``gather_schur``) runs the same functions. A progress bar counts the boundaries.
     """
-    _check_surgery(boundary_metrics, orders)
+    check_surgery(boundary_metrics, orders)
     names = list(jacobians)
-    alphas = list(dict.fromkeys(float(a) for a in alphas))  # a repeated α would step its chains twice
+    alphas = schur_alphas(alphas)
     variants = list(variants)
     ci_controls = set(ci_controls)
-    runs = [(a, c) for c in CONTROLS for a in alphas if not (a == 0 and c == "random")]
-    chains = {(v, a, c): None for v in variants for a, c in runs}
-    spread_alphas = [a for a in alphas if a < 1]  # α = 1 with the own N is J̄: no order
-    orders_spread = OrderSpread(variants, spread_alphas, orders, seed)
-    rows = []
+    plan = schur_chains(alphas, orders, variants)
+    chains = {(v, a, c): None for _, v, a, c in (ch for ch in plan if ch[0] == "run")}
+    spread = {(v, a, k): None for _, v, k in (ch for ch in plan if ch[0] == "order") for a in alphas if a < 1}
+    records, results = [], {ch: [] for ch in plan}
     last = snapshots.load()
     start = 0 if last is None else last["done"]
     if last is not None:
-        rows = last["state"]["rows"]
-        chains, orders_spread.chains = _chains_from(last["state"]["chains"]), _chains_from(last["state"]["orders"])
+        records, results = last["state"]["records"], last["state"]["results"]
+        chains, spread = _chains_from(last["state"]["chains"]), _chains_from(last["state"]["orders"])
     bar = progress(total=len(names), initial=start, desc="schur", unit="boundary")
     for bi in range(start, len(names)):
         name = names[bi]
-        b = SurgeryBoundary.of(jacobians[name], tol=tol, sr_k=sr_k, seed=seed, index=bi)
-        spread = orders_spread.step(b, bi)
         D = None if deviations is None else np.asarray(deviations[name])
-        need = D is not None and any((a != 1 or c != "none") and (c in ci_controls or a == 0) for a, c in runs)
-        tan = schur_tangent(b.form, b.J, D, keep_rotation="random" in ci_controls) if need else None
-        for alpha, control in runs:
-            want_ci = D is not None and (control in ci_controls or alpha == 0)
-            M, dM = b.operator(alpha, control, D if want_ci else None, tan)
-            bm = b.boundary_metrics(alpha, control, boundary_metrics, sr_k=sr_k, tol=tol)
-            for v in variants:
-                key = (v, alpha, control)
-                if chains[key] is None:
-                    chains[key] = ProductChain(tangent_floor(b.J.shape[0]))
-                erank, log_norm, reps = chains[key].step(step_operator(M, v), dM)
-                row = {"variant": v, "alpha": alpha, "control": control, "depth": bi + 1, "erank": erank}
-                lo, hi = (np.nan, np.nan)
-                if dM is not None:
-                    lo, hi = jackknife_interval(erank, reps, weights, ci_level, "log")
-                omin, omax = (np.nan, np.nan)
-                if orders and control == "none":
-                    omin, omax = (erank, erank) if alpha == 1 else order_spread(spread[v, alpha])
-                row |= {"erank_ci_low": lo, "erank_ci_high": hi, "erank_order_min": omin, "erank_order_max": omax}
-                row |= {"boundary": name, "log_norm": log_norm,
-                        "nonnormal_fro": float(np.linalg.norm(b.non_normal(control)))}  # fmt: skip
-                if bm is not None:
-                    row |= bm
-                rows.append(row)
-        snapshots.save(bi + 1, lambda: {"rows": rows, "chains": _chain_states(chains),
-                                        "orders": _chain_states(orders_spread.chains)})  # fmt: skip
+        prep = prepare_boundary(name, jacobians[name], D, index=bi, seed=seed, tol=tol, sr_k=sr_k, alphas=alphas,
+                                boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls)  # fmt: skip
+        records.append(prep.record)
+        st = BoundaryStep(prep.boundary, prep.tangent, D, prep.Y, orders, ci_controls)
+        for ch in plan:
+            held = chains if ch[0] == "run" else spread
+            results[ch].append(step_chain(ch, held, st, alphas=alphas, weights=weights, ci_level=ci_level))
+        del st, prep
+        snapshots.save(bi + 1, lambda: {"records": records, "results": results, "chains": _chain_states(chains),
+                                        "orders": _chain_states(spread)})  # fmt: skip
         bar.update()
     bar.close()
+    rows = surgery_rows(records, results, alphas=alphas, variants=variants, orders=orders)
     return surgery_table(rows, variants)

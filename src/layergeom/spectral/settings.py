@@ -35,3 +35,42 @@ class JacobianSettings:
 
 #: the ``spectra`` keys of the Jacobian job, in field order
 JACOBIAN_KEYS = tuple(f.name for f in fields(JacobianSettings))
+
+
+# ---- the Schur surgery's product chains (schur.tsv), named for the fanned-out jobs ------------------------
+#: the cumulative variants schur.tsv composes (``layergeom.spectral.cumulative.VARIANTS``; a test checks they agree)
+SCHUR_VARIANTS = ("update", "full")
+#: the non-normal parts of the surgery: the matrix's own N, and a random strictly upper-triangular N'
+SCHUR_CONTROLS = ("none", "random")
+
+
+def schur_alphas(alphas) -> list[float]:
+    """The α of the surgery as floats, each once (a repeated α would step its chains twice), in config order."""
+    return list(dict.fromkeys(float(a) for a in alphas))
+
+
+def schur_runs(alphas) -> list[tuple[float, str]]:
+    """The (α, control) operators of every boundary: each α with the own N, each α > 0 with the random N' (α = 0
+    is one operator, the normal part, for both)."""
+    alphas = schur_alphas(alphas)
+    return [(a, c) for c in SCHUR_CONTROLS for a in alphas if not (a == 0 and c == "random")]
+
+
+def schur_chains(alphas, orders: int, variants=SCHUR_VARIANTS) -> list[tuple]:
+    """The product chains of schur.tsv, one job each when a checkpoint fans out: ``("run", variant, α, control)``
+    the cumulative J(α) of one operator, and ``("order", variant, k)`` the products of the k-th random order of
+    the non-zero modes at every α < 1 (one reordering J₀^π per boundary for its α; none without an α < 1).
+    Ordered as one job steps them: runs by (α, control) then variant, orders by k then variant, so that a
+    step's operator is formed once for the variants that follow it."""
+    alphas = schur_alphas(alphas)
+    runs = [("run", v, a, c) for a, c in schur_runs(alphas) for v in variants]
+    spread = [a for a in alphas if a < 1]
+    return runs + ([("order", v, k) for k in range(int(orders)) for v in variants] if spread else [])
+
+
+def schur_chain_name(chain: tuple) -> str:
+    """A chain's name in file names and the rule's wildcard: ``update_none_a0.5``, ``full_order3``."""
+    if chain[0] == "run":
+        _, v, a, c = chain
+        return f"{v}_{c}_a{a!r}"
+    return f"{chain[1]}_order{int(chain[2])}"

@@ -1,0 +1,24 @@
+from layergeom.spectral.pipeline import BoundaryFiles, write_schur_chain
+from layergeom.workflow import job, snapshot_seconds
+
+sm = snakemake  # noqa: F821
+cfg = sm.params.settings["spectra"]
+# spectra.schur_control_seed, or the workflow's seed (as scripts/spectra_schur.py)
+seed = sm.params.settings["seed"] if cfg["schur_control_seed"] is None else cfg["schur_control_seed"]
+with job(sm, seed=seed, threads=sm.threads):
+    write_schur_chain(
+        BoundaryFiles(sm.params.boundaries, sm.input.npy, sm.input.groups, sm.input.meta),
+        list(sm.input.arrays),
+        sm.params.blocks,
+        sm.output[0],
+        chain=sm.wildcards.chain,
+        alphas=cfg["alphas"],
+        seed=seed,
+        orders=cfg["schur_orders"],
+        dtype=cfg["dtype"],
+        rank_tol=cfg["rank_tol"],
+        ci_level=cfg["ci_level"],
+        ci_blocks=cfg["schur_ci_blocks"],
+        ci_controls=cfg["schur_ci_controls"],
+        snapshot_s=snapshot_seconds(sm),
+    )

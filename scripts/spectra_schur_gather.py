@@ -1,0 +1,14 @@
+from layergeom.spectral.pipeline import gather_schur
+from layergeom.workflow import job
+
+sm = snakemake  # noqa: F821
+cfg = sm.params.settings["spectra"]
+with job(sm):
+    gather_schur(
+        list(sm.input.preps),
+        list(sm.input.chains),
+        sm.params.boundaries,
+        sm.output[0],
+        alphas=cfg["alphas"],
+        orders=cfg["schur_orders"],
+    )
