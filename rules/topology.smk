@@ -31,6 +31,7 @@ for _m in MODELS:
             "../envs/graphs.yaml"
         threads: job_threads()
         resources:
+            gpu=analysis_gpus(_m),
             mem_mb=topology_graph_memory(_m),
             runtime=topology_graph_runtime(_m),
         params:
