@@ -373,6 +373,33 @@ def gpu_jobs():
     return 1 if submits_jobs() or LOCAL_GPUS > 0 else 0
 
 
+def analysis_gpus(model=None):
+    """The `gpu` resource of a Paper B analysis job (spectra table and its parts, cumulative, Schur,
+    convergence, topology graph): gpu_jobs() when the model's hidden width d is at least `gpu_min_width`, else 0
+    (the job computes on the CPU; layergeom.workflow.job_device). d from the model's config (`model_width`, as
+    before the Jacobians exist), else the job's input files' headers; while neither is there (a hub model not
+    downloaded yet) the value waits for the inputs (FileNotFoundError on one of them: Snakemake evaluates the
+    resource again once they exist). `model`: the rule's own (a per-model rule), else the job's wildcard.
+    """
+
+    def gpus(wildcards, input):
+        m = model or wildcards.model
+        d = model_width(m)
+        if d is None:
+            sizes = topology_sizes if model else spectra_sizes
+            d = sizes(m, input)[0]
+        if d is None:
+            missing = next((f for f in input if not os.path.exists(f)), None)
+            if missing is None:
+                return 0
+            raise FileNotFoundError(
+                2, "the model's width is known once its inputs exist", missing
+            )
+        return gpu_jobs() if d >= config["gpu_min_width"] else 0
+
+    return gpus
+
+
 def by_attempt(base):
     """A resource that grows with each try (`retries:` in the SLURM profile): base, 2 x base, ..."""
     return lambda wildcards, attempt: int(base * attempt)

@@ -60,6 +60,7 @@ rule spectra_table:
         torch_env()
     threads: job_threads()
     resources:
+        gpu=analysis_gpus(),
         mem_mb=spectra_memory("spectra_table"),
         runtime=spectra_runtime("spectra_table"),
     params:
@@ -88,6 +89,7 @@ rule spectra_table_part:
         torch_env()
     threads: job_threads()
     resources:
+        gpu=analysis_gpus(),
         mem_mb=spectra_memory("spectra_table"),
         runtime=spectra_runtime("spectra_table"),
     params:
@@ -135,6 +137,7 @@ rule spectra_cumulative:
         torch_env()
     threads: job_threads()
     resources:
+        gpu=analysis_gpus(),
         mem_mb=spectra_memory("spectra_cumulative"),
         runtime=spectra_runtime("spectra_cumulative"),
     params:
@@ -161,6 +164,7 @@ rule spectra_schur:
         torch_env()
     threads: job_threads()
     resources:
+        gpu=analysis_gpus(),
         mem_mb=spectra_memory("spectra_schur"),
         runtime=spectra_runtime("spectra_schur"),
     params:
@@ -189,6 +193,7 @@ rule spectra_schur_prep:
         torch_env()
     threads: job_threads()
     resources:
+        gpu=analysis_gpus(),
         mem_mb=spectra_memory("spectra_schur_prep"),
         runtime=spectra_runtime("spectra_schur_prep"),
     params:
@@ -217,6 +222,7 @@ rule spectra_schur_chain:
         torch_env()
     threads: job_threads()
     resources:
+        gpu=analysis_gpus(),
         mem_mb=schur_chain_memory,
         runtime=schur_chain_runtime,
     params:
@@ -265,6 +271,7 @@ rule spectra_convergence:
         torch_env()
     threads: job_threads()
     resources:
+        gpu=analysis_gpus(),
         mem_mb=spectra_memory("spectra_convergence"),
         runtime=spectra_runtime("spectra_convergence"),
     params:

@@ -43,6 +43,7 @@ for _m in MODELS:
                 graphs_torch_env()
             threads: job_threads()
             resources:
+                gpu=analysis_gpus(_m),
                 mem_mb=topology_graph_memory(_m),
                 runtime=topology_graph_runtime(_m, len(_block)),
             params:

@@ -1,5 +1,5 @@
 from layergeom.spectral.pipeline import BoundaryFiles, write_convergence
-from layergeom.workflow import job, snapshot_seconds
+from layergeom.workflow import job, job_device, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 cfg = sm.params.settings["spectra"]
@@ -14,4 +14,5 @@ with job(sm, threads=sm.threads):
         rank_tol=cfg["rank_tol"],
         ci_level=cfg["ci_level"],
         snapshot_s=snapshot_seconds(sm),
+        device=job_device(sm),
     )

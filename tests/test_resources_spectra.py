@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from schema_defaults import SEED, SPECTRA, tol  # noqa: E402
 
+from layergeom import config as lgconfig  # noqa: E402
 from layergeom import resources as R  # noqa: E402
 
 PAPERS = ROOT / "config" / "papers.yaml"
@@ -214,23 +215,30 @@ def dry_run_jobs(text: str) -> list[tuple[str, dict, dict]]:
     return jobs
 
 
+LLAMA_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256}
+
+
+def papers_dry_run(wd, *args, configs=(("llama-3.1-8b", LLAMA_CONFIG),)) -> list[tuple[str, dict, dict]]:
+    """`snakemake -n` on the papers' config offline in `wd`, with each (model, config.json) of `configs` where
+    the download rule puts it (its width known at DAG time, as once downloaded); `dry_run_jobs` of its output."""
+    for model, cfg in configs:
+        ref = wd / "resources" / "hub" / model / "trained"
+        ref.mkdir(parents=True)
+        (ref / "config.json").write_text(json.dumps(cfg))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}  # fmt: skip
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(wd),
+           "--configfile", str(PAPERS), "-n", *args]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert res.returncode == 0, f"dry run failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return dry_run_jobs(res.stdout + res.stderr)
+
+
 @pytest.fixture(scope="module")
 def papers_jobs(tmp_path_factory):
     """`snakemake -n` on the papers' config offline, with Llama-3.1-8B's config.json where the download rule
     puts it (d = 4096: its width known at DAG time, as once downloaded)."""
-    wd = tmp_path_factory.mktemp("papers")
-    ref = wd / "resources" / "hub" / "llama-3.1-8b" / "trained"
-    ref.mkdir(parents=True)
-    (ref / "config.json").write_text(
-        json.dumps({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256})
-    )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}  # fmt: skip
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(wd),
-           "--configfile", str(PAPERS), "-n", "--cores", "2"]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
-    assert res.returncode == 0, f"dry run failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    return dry_run_jobs(res.stdout + res.stderr)
+    return papers_dry_run(tmp_path_factory.mktemp("papers"), "--cores", "2")
 
 
 @pytest.mark.dag
@@ -260,3 +268,29 @@ def test_d4096_schur_job_asks_for_more_than_its_state(papers_jobs):
     # a model whose width the dry run cannot read (not cached, not downloaded): the floor
     olmo = [res for r, w, res in papers_jobs if r == "spectra_schur" and w.get("model") == "olmo-3-7b"]
     assert olmo and all(int(res["mem_mb"]) == R.MIN_MB and int(res["runtime"]) == R.UNKNOWN_MINUTES for res in olmo)
+
+
+# the spectral table rules (the model a wildcard) among Paper B's analysis jobs, which compute on a GPU for a wide
+# model (config gpu_min_width, rules/common.smk analysis_gpus); the graph rules are per model
+ANALYSIS = re.compile(r"^(spectra_table|spectra_table_part|spectra_cumulative|spectra_schur|spectra_convergence)$")
+
+
+@pytest.mark.dag
+def test_wide_models_analysis_jobs_ask_for_a_gpu_on_a_cluster(tmp_path):
+    """As a cluster run (`--jobs`, as the SLURM profile sets): Llama-3.1-8B's (d = 4096 ≥ gpu_min_width) table,
+    cumulative, Schur, convergence and graph jobs ask for one GPU, DistilGPT2's (d = 768) none; a model whose width
+    is not known yet (OLMo-3-7B, not downloaded) waits for its inputs (<TBD>: evaluated once they exist)."""
+    distil = {"model_type": "gpt2", "n_layer": 6, "n_embd": 768, "vocab_size": 50257}
+    jobs = papers_dry_run(tmp_path, "--jobs", "100", configs=(("llama-3.1-8b", LLAMA_CONFIG), ("distilgpt2", distil)))
+    graph = {f"topology_graph_{lgconfig.rule_name_part(m)}": m for m in ("llama-3.1-8b", "distilgpt2", "olmo-3-7b")}
+    gpu = {}  # (model, rule) -> the gpu values of its jobs
+    for rule, wc, res in jobs:
+        model = wc.get("model") if ANALYSIS.match(rule) else graph.get(rule)
+        if model:
+            gpu.setdefault((model, "topology_graph" if rule in graph else rule), set()).add(res.get("gpu"))
+    stages = {"spectra_table", "spectra_cumulative", "spectra_schur", "spectra_convergence", "topology_graph"}
+    for model, want in (("llama-3.1-8b", "1"), ("distilgpt2", "0"), ("olmo-3-7b", "<TBD>")):
+        assert {r for m, r in gpu if m == model} == stages, (model, gpu)
+        assert all(gpu[model, r] == {want} for r in stages), (model, {r: gpu[model, r] for r in stages})
+    # the model jobs ask for their GPU whatever the width
+    assert all(res.get("gpu") == "1" for rule, _, res in jobs if rule.startswith("spectra_jacobians_distilgpt2"))

@@ -3,7 +3,8 @@ alive by imports inside functions).
 
 The rule: an import inside a function of ``src/layergeom/spectral`` is allowed only for a heavy dependency that
 the module itself does not load at its top — torch (or transformers), or a layergeom module that imports torch
-at its top (``models``, ``spectral.jacobians``): the table jobs never load torch, only the Jacobian job does.
+at its top (``models``, ``spectral.jacobians``, ``spectral.cumulative``). The table stages compute through torch
+on their job's device (``cumulative`` loads it at its top); the trends job, which only reads tables, never does.
 Anything else goes to the top of the module; a cycle that would need it is a design error.
 """
 
@@ -98,11 +99,11 @@ def test_the_rule_catches_a_cycle_dodge_and_a_needless_lazy_import():
         assert bool(found) == (kind != "fine"), (kind, found)
 
 
-def test_the_table_modules_import_without_torch():
+def test_the_trends_module_imports_without_torch():
     code = (
         "import sys\n"
-        "import layergeom.spectral.pipeline, layergeom.spectral.trends, layergeom.spectral.convergence\n"
-        "assert 'torch' not in sys.modules, 'a table module loaded torch'\n"
+        "import layergeom.spectral.trends, layergeom.spectral.settings\n"
+        "assert 'torch' not in sys.modules, 'the trends module loaded torch'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(SRC.parent)})
 

@@ -20,6 +20,9 @@ from .spectral.settings import JACOBIAN_KEYS
 #: the run keys of the jobs that run a model (torch): the seed, where tensors live and torch's threads
 #: (summation orders, and with them the last bits of a result, can depend on the thread count)
 _MODEL_RUN = ("seed", "device", "threads")
+#: the run keys of Paper B's analysis jobs that compute on a GPU when the model is at least `gpu_min_width` wide
+#: (rules/common.smk analysis_gpus, layergeom.workflow.job_device): CPU and GPU round differently
+_ANALYSIS_RUN = ("device", "gpu_min_width")
 
 
 def _keys(section: str, *names: str) -> tuple[str, ...]:
@@ -62,16 +65,21 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     "tokenwise_figures": ("tokenwise.proj_k",),
     # ---- Paper B: spectra ----
     "spectra_jacobians": (*_MODEL_RUN, *_keys("spectra", *JACOBIAN_KEYS)),
-    "spectra_table": (*_keys("spectra", "sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks"),),
+    "spectra_table": (
+        *_ANALYSIS_RUN,
+        *_keys("spectra", "sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks"),
+    ),
     # spectra.boundaries_per_job below the model's boundaries fans the table out: a part job per block (the
     # key says which boundaries it computes) and a gather (no setting: it concatenates the parts); with one
     # block spectra_table runs, which does not read the key (a run without it does not rerun)
     "spectra_table_part": (
+        *_ANALYSIS_RUN,
         *_keys("spectra", "sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks", "boundaries_per_job"),
     ),
     "spectra_table_gather": (),
-    "spectra_cumulative": ("spectra.ci_level", "spectra.ci_blocks"),
+    "spectra_cumulative": (*_ANALYSIS_RUN, "spectra.ci_level", "spectra.ci_blocks"),
     "spectra_schur": (
+        *_ANALYSIS_RUN,
         "seed",
         *_keys(
             "spectra",
@@ -91,6 +99,7 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     # forms, tangents and b_* metrics), a job per product chain (every boundary; the key says which prep file
     # holds a boundary) and a gather (it needs the chains' α and orders to lay out the rows)
     "spectra_schur_prep": (
+        *_ANALYSIS_RUN,
         "seed",
         *_keys(
             "spectra",
@@ -107,6 +116,7 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
         ),
     ),
     "spectra_schur_chain": (
+        *_ANALYSIS_RUN,
         "seed",
         *_keys(
             "spectra",
@@ -123,6 +133,7 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "spectra_schur_gather": _keys("spectra", "alphas", "schur_orders"),
     "spectra_convergence": (
+        *_ANALYSIS_RUN,
         *_keys("spectra", "convergence_sizes", "convergence_boundaries", "sr_k", "dtype", "rank_tol", "ci_level"),
     ),
     "spectra_trends": ("seed", "spectra.ci_level"),
@@ -131,11 +142,12 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     "spectra_figure_cumulative": ("spectra.cumulative_variant",),
     "spectra_figure_schur": ("spectra.cumulative_variant",),
     "spectra_figure_convergence": (),
-    # ---- Paper B: topology (the graph and coupling jobs run no model: no device) ----
+    # ---- Paper B: topology (the graph job computes on the device the width gives it; coupling on the CPU) ----
     # topology_graph_<model>, and with spectra.boundaries_per_job below the model's boundaries its blocks'
     # rules topology_graph_<model>_block<k>: the same settings (a block's `boundaries` param names its
     # boundaries, so no block job needs the key itself; with one block the rule and its params are unchanged)
     "topology_graph": (
+        *_ANALYSIS_RUN,
         "seed",
         "threads",
         *_keys(

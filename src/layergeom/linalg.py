@@ -47,7 +47,8 @@ def svdvals(a: np.ndarray) -> np.ndarray:
 
 
 def torch_svd(A, full_matrices: bool = False):
-    """``torch.linalg.svd`` (U, S, Vh), falling back to LAPACK gesvd in float64 on the CPU when it fails."""
+    """``torch.linalg.svd`` (U, S, Vh), falling back to LAPACK gesvd in float64 (complex128) on the CPU when it
+    fails."""
     import torch
 
     try:
@@ -56,5 +57,25 @@ def torch_svd(A, full_matrices: bool = False):
         if not bool(torch.isfinite(A).all()):
             raise
         log.info("SVD: torch's SVD did not converge on a %s batch; using gesvd", tuple(A.shape))
-        U, s, Vh = _gesvd(A.detach().cpu().double().numpy(), full_matrices, True)
-        return tuple(torch.from_numpy(x).to(device=A.device, dtype=A.dtype) for x in (U, s, Vh))
+        a = A.detach().cpu()
+        U, s, Vh = _gesvd((a.cdouble() if a.is_complex() else a.double()).numpy(), full_matrices, True)
+        real = A.real.dtype if A.is_complex() else A.dtype  # the singular values are real
+        return tuple(
+            torch.from_numpy(x).to(device=A.device, dtype=t) for x, t in ((U, A.dtype), (s, real), (Vh, A.dtype))
+        )
+
+
+def torch_svdvals(A):
+    """``torch.linalg.svdvals`` (descending), falling back to LAPACK gesvd in float64 (complex128) on the CPU when
+    it fails."""
+    import torch
+
+    try:
+        return torch.linalg.svdvals(A)
+    except torch.linalg.LinAlgError:
+        if not bool(torch.isfinite(A).all()):
+            raise
+        log.info("SVD: torch's SVD did not converge on a %s batch; using gesvd", tuple(A.shape))
+        a = A.detach().cpu()
+        s = _gesvd((a.cdouble() if a.is_complex() else a.double()).numpy(), False, False)
+        return torch.from_numpy(s).to(device=A.device, dtype=A.real.dtype if A.is_complex() else A.dtype)

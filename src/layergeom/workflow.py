@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 
-from .runtime import LayergeomError, check_given_gpus, claim_gpus, set_determinism, setup_logging
+from .runtime import LayergeomError, check_given_gpus, claim_gpus, resolve_device, set_determinism, setup_logging
 
 log = logging.getLogger("layergeom")
 
@@ -27,7 +27,7 @@ def job(snakemake, seed: int | None = None, threads: int | None = None):
         sys.stderr = stream
     try:
         # a GPU job takes its own device (CUDA_VISIBLE_DEVICES) before torch initialises CUDA
-        gpus = int(getattr(getattr(snakemake, "resources", None), "gpu", 0) or 0)
+        gpus = job_gpus(snakemake)
         claim_gpus(gpus)
         env = {k: os.environ.get(k, "") for k in ("SLURM_JOB_ID", "CUDA_VISIBLE_DEVICES")}
         log.info(
@@ -49,6 +49,18 @@ def job(snakemake, seed: int | None = None, threads: int | None = None):
         sys.stderr = old
         if stream:
             stream.close()
+
+
+def job_gpus(snakemake) -> int:
+    """The GPUs the job was given: its `gpu` resource (0 without one)."""
+    return int(getattr(getattr(snakemake, "resources", None), "gpu", 0) or 0)
+
+
+def job_device(snakemake) -> str:
+    """The torch device a Paper B analysis job computes on: "cpu" when the job got no GPU (a model narrower
+    than `gpu_min_width`, `device: cpu`, a local run without a GPU; rules/common.smk analysis_gpus), else its
+    settings' `device` resolved (``runtime.resolve_device``: CUDA, or an error when torch sees none). Logged."""
+    return resolve_device(snakemake.params.settings["device"] if job_gpus(snakemake) else "cpu")
 
 
 def snapshot_seconds(snakemake) -> float:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..resume import NO_SNAPSHOTS, Snapshots
 from ..runtime import progress
 from . import intervals
-from .cumulative import VARIANTS, ProductChain, step_operator, tangent_floor
+from .cumulative import VARIANTS, ProductChain, as_tensor, step_operator, tangent_floor
 from .linear import metric_replicates
 from .spectra import decompose, spectral_metrics
 
@@ -43,6 +44,7 @@ def convergence_rows(
     ci_level: float,
     product_blocks: int | None = PRODUCT_BLOCKS,
     snapshots: Snapshots = NO_SNAPSHOTS,
+    device: str = "cpu",
 ) -> pd.DataFrame:
     """One row per (metric, subset size): metric, n_samples, value, ci_low, ci_high, n_groups, boundaries.
 
@@ -56,7 +58,8 @@ def convergence_rows(
 
     ``snapshots`` (``layergeom.resume.Snapshots``; default none) resumes after its last snapshot and saves
     the state as it goes; a step is one subset size at one boundary (the steps of the progress bar). The
-    per-boundary replicates are always linearised (``linear.metric_replicates``).
+    per-boundary replicates are always linearised (``linear.metric_replicates``). The product chains compute on
+    `device` (a torch device string; ``cumulative.ProductChain``).
     """
     names = list(files.names)
     n_edge = max(1, min(int(n_edge), len(names)))
@@ -83,7 +86,7 @@ def convergence_rows(
     if restored is not None:
         st = restored["state"]
         per, last = st["per"], st["last"]
-        chains = {si: {v: ProductChain.from_state(c) for v, c in ch.items()} for si, ch in st["chains"].items()}
+        chains = {si: {v: ProductChain.from_state(c, device) for v, c in ch.items()} for si, ch in st["chains"].items()}
     total = ns * nb
     bar = progress(total=total, initial=min(done, total), desc="convergence", unit="step")  # step: (boundary, size)
     for i, name in enumerate(names):
@@ -103,14 +106,15 @@ def convergence_rows(
                 per[si][name] = (m, metric_replicates(J, D, tol=tol, sr_k=sr_k, dec=dec, method="linear"))
             Dp = D if preps[si].K == reps[si].K else intervals.deviations(J, g, sub_counts[si], preps[si])
             del D
-            chain_s = chains.setdefault(si, {v: ProductChain(0.0) for v in VARIANTS})
+            Jt, Dp = as_tensor(J, device), as_tensor(Dp, device, torch.float32)  # once for both variants
+            chain_s = chains.setdefault(si, {v: ProductChain(0.0, device) for v in VARIANTS})
             for v, chain in chain_s.items():
                 if final:
                     chain.floor = tangent_floor(J.shape[0])
-                    last.setdefault(si, {})[v] = chain.step(step_operator(J, v), Dp)
+                    last.setdefault(si, {})[v] = chain.step(step_operator(Jt, v), Dp)
                 else:
-                    chain.advance(step_operator(J, v), Dp)
-            del Dp
+                    chain.advance(step_operator(Jt, v), Dp)
+            del Dp, Jt
             state = {"per": per, "last": last, "chains": chains}  # the chains' arrays only when due
             snapshots.save(
                 i * ns + si + 1,

@@ -537,10 +537,12 @@ def write_cumulative(
     ci_level: float,
     ci_blocks: int | None,
     snapshot_s: float | None = None,
+    device: str = "cpu",
 ) -> pd.DataFrame:
     """cumulative.tsv: both variants composed in one pass over the boundaries, with jackknife intervals.
 
-    ``snapshot_s``: save the products every that many seconds, and resume from them (``resume``).
+    ``snapshot_s``: save the products every that many seconds, and resume from them (``resume``; on any
+    device). ``device``: where the products compute (a torch device string, ``workflow.job_device``).
     """
     counts = files.counts()
     reps = _replicates(counts, ci_blocks, "cumulative.tsv")
@@ -558,7 +560,7 @@ def write_cumulative(
             yield name, J, None if reps is None else files.deviations(name, J, counts, reps)
 
     table = cumulative_rows(steps(), variants, weights=None if reps is None else reps.weights, ci_level=ci_level,
-                            snapshots=snap)  # fmt: skip
+                            snapshots=snap, device=device)  # fmt: skip
     if reps is None:
         table.insert(4, "erank_ci_low", np.nan)
         table.insert(5, "erank_ci_high", np.nan)
@@ -895,10 +897,12 @@ def write_convergence(
     rank_tol: float | None,
     ci_level: float,
     snapshot_s: float | None = None,
+    device: str = "cpu",
 ) -> pd.DataFrame:
     """convergence.tsv: the headline Paper B metrics on the first S groups (nested subsets of the samples).
 
-    ``snapshot_s``: save the state every that many seconds, and resume from it (``resume``).
+    ``snapshot_s``: save the state every that many seconds, and resume from it (``resume``; on any device).
+    ``device``: where the product chains compute (a torch device string, ``workflow.job_device``).
     """
     counts = files.counts()
     S = convergence_sizes(len(counts), sizes)
@@ -910,7 +914,7 @@ def write_convergence(
                 "ci_level": ci_level}  # fmt: skip
     snap = snapshots_for(files, out_tsv, "convergence", settings, snapshot_s)
     table = convergence_rows(files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol),
-                             ci_level=ci_level, snapshots=snap)  # fmt: skip
+                             ci_level=ci_level, snapshots=snap, device=device)  # fmt: skip
     write_tsv(table, out_tsv)
     snap.clear()
     return table
