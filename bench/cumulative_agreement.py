@@ -4,10 +4,11 @@ The sibling of ``table_agreement.py`` for the product chains (``cumulative.Produ
 results/<model>/<checkpoint>/cumulative.tsv under RUN, rebuilds the table from that checkpoint's jacobians/
 with the settings of CONFIG (the model's overrides merged, as the spectra_cumulative rule passes them) on
 --device, and compares every numeric cell (``table_agreement.compare``). ``--stage convergence`` does the same
-for convergence.tsv. Exits 1 when a cell differs by more than --rtol or a column or row differs.
+for convergence.tsv, ``--stage schur`` for schur.tsv (one job, ``write_schur``). Exits 1 when a cell differs by more than --rtol or a column or row differs.
 
     PYTHONPATH=src python bench/cumulative_agreement.py RUN [--config config/test.yaml] [--stage cumulative]
         [--device cpu] [--rtol 1e-10]
+    (--stage cumulative | convergence | schur)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from table_agreement import compare  # noqa: E402
 
 from layergeom import config as lgconfig  # noqa: E402
-from layergeom.spectral.pipeline import BoundaryFiles, write_convergence, write_cumulative  # noqa: E402
+from layergeom.spectral.pipeline import BoundaryFiles, write_convergence, write_cumulative, write_schur  # noqa: E402
 
 
 def files_of(folder: Path) -> BoundaryFiles:
@@ -36,9 +37,15 @@ def files_of(folder: Path) -> BoundaryFiles:
     return BoundaryFiles(names, *([jac / f"{n}{ext}" for n in names] for ext in (".npy", ".groups.npy", ".json")))
 
 
-def recompute(stage: str, folder: Path, cfg: dict, out: Path, device: str) -> None:
+def recompute(stage: str, folder: Path, cfg: dict, out: Path, device: str, seed: int) -> None:
     files = files_of(folder)
-    if stage == "cumulative":
+    if stage == "schur":  # as scripts/spectra_schur.py
+        seed = seed if cfg["schur_control_seed"] is None else cfg["schur_control_seed"]
+        write_schur(files, out, alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"], dtype=cfg["dtype"],
+                    rank_tol=cfg["rank_tol"], boundary_metrics=cfg["schur_boundary_metrics"],
+                    orders=cfg["schur_orders"], ci_level=cfg["ci_level"], ci_blocks=cfg["schur_ci_blocks"],
+                    ci_controls=cfg["schur_ci_controls"], device=device)  # fmt: skip
+    elif stage == "cumulative":
         write_cumulative(files, out, ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"], device=device)
     else:
         write_convergence(files, out, sizes=cfg["convergence_sizes"], n_edge=cfg["convergence_boundaries"],
@@ -50,7 +57,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="a finished run's directory (holding results/)")
     ap.add_argument("--config", type=Path, default=ROOT / "config" / "test.yaml")
-    ap.add_argument("--stage", choices=("cumulative", "convergence"), default="cumulative")
+    ap.add_argument("--stage", choices=("cumulative", "convergence", "schur"), default="cumulative")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--rtol", type=float, default=1e-10)
     args = ap.parse_args()
@@ -65,7 +72,7 @@ def main():
             model = folder.parent.name
             out = Path(tmp) / model / folder.name / path.name
             out.parent.mkdir(parents=True)
-            recompute(args.stage, folder, lgconfig.model_section(cfg, model, "spectra"), out, args.device)
+            recompute(args.stage, folder, lgconfig.model_section(cfg, model, "spectra"), out, args.device, cfg["seed"])
             old, new = pd.read_csv(path, sep="\t"), pd.read_csv(out, sep="\t")
             key = "boundary" if "boundary" in old else "metric"
             old, new = old.rename(columns={key: "boundary"}), new.rename(columns={key: "boundary"})

@@ -1,5 +1,5 @@
 from layergeom.spectral.pipeline import BoundaryFiles, write_schur_prep
-from layergeom.workflow import job, snapshot_seconds
+from layergeom.workflow import job, job_device, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 cfg = sm.params.settings["spectra"]
@@ -21,4 +21,5 @@ with job(sm, seed=seed, threads=sm.threads):
         ci_blocks=cfg["schur_ci_blocks"],
         ci_controls=cfg["schur_ci_controls"],
         snapshot_s=snapshot_seconds(sm),
+        device=job_device(sm),
     )

@@ -1,5 +1,5 @@
 from layergeom.spectral.pipeline import BoundaryFiles, write_spectra
-from layergeom.workflow import job, snapshot_seconds
+from layergeom.workflow import job, job_device, snapshot_seconds
 
 sm = snakemake  # noqa: F821
 cfg = sm.params.settings["spectra"]
@@ -15,4 +15,5 @@ with job(sm, threads=sm.threads):
         ci_method=cfg["ci_method"],
         ci_blocks=cfg["ci_blocks"],
         snapshot_s=snapshot_seconds(sm),
+        device=job_device(sm),
     )

@@ -1,7 +1,7 @@
 import torch  # noqa: F401  (imported before job(): set_determinism then pins its threads)
 
 from layergeom.topology.pipeline import write_graphs
-from layergeom.workflow import job
+from layergeom.workflow import job, job_device
 
 sm = snakemake  # noqa: F821
 s = sm.params.settings
@@ -14,6 +14,6 @@ with job(sm, seed=s["seed"], threads=sm.threads):
         nodes=sm.output.nodes,
         edges=sm.output.edges,
         sweeps=sm.output.sweep,
-        device="cpu",
+        device=job_device(sm),
         block=getattr(sm.params, "block", None),  # a fanned-out checkpoint's block (spectra.boundaries_per_job)
     )

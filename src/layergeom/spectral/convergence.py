@@ -58,8 +58,8 @@ def convergence_rows(
 
     ``snapshots`` (``layergeom.resume.Snapshots``; default none) resumes after its last snapshot and saves
     the state as it goes; a step is one subset size at one boundary (the steps of the progress bar). The
-    per-boundary replicates are always linearised (``linear.metric_replicates``). The product chains compute on
-    `device` (a torch device string; ``cumulative.ProductChain``).
+    per-boundary replicates are always linearised (``linear.metric_replicates``). The decompositions, the
+    replicates' products and the product chains compute on `device` (a torch device string).
     """
     names = list(files.names)
     n_edge = max(1, min(int(n_edge), len(names)))
@@ -101,9 +101,12 @@ def convergence_rows(
             J = np.tensordot(ws[si], np.asarray(g, dtype=np.float64), axes=1)  # (d, d) J̄ of the subset
             D = intervals.deviations(J, g, sub_counts[si], reps[si])
             if name in early or name in late or name == middle:
-                dec = decompose(J)
+                dec = decompose(J, device=device)
                 m = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=dec)
-                per[si][name] = (m, metric_replicates(J, D, tol=tol, sr_k=sr_k, dec=dec, method="linear"))
+                per[si][name] = (
+                    m,
+                    metric_replicates(J, D, tol=tol, sr_k=sr_k, dec=dec, method="linear", device=device),
+                )
             Dp = D if preps[si].K == reps[si].K else intervals.deviations(J, g, sub_counts[si], preps[si])
             del D
             Jt, Dp = as_tensor(J, device), as_tensor(Dp, device, torch.float32)  # once for both variants

@@ -622,20 +622,21 @@ def write_schur(
     ci_blocks: int,
     ci_controls: Iterable[str],
     snapshot_s: float | None = None,
+    device: str = "cpu",
     **kwargs,
 ) -> pd.DataFrame:
     """schur.tsv (both cumulative variants) with jackknife intervals over `ci_blocks` blocks of sample groups.
 
     ``ci_blocks`` 0 writes no intervals. ``snapshot_s``: save the products every that many seconds, and resume
     from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, sr_k, boundary_metrics, orders,
-    variants).
+    variants). ``device``: where the decompositions and the product chains compute (``workflow.job_device``).
     """
     tol, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
     devs, weights = (None, None) if reps is None else (_Deviations(files, counts, reps), reps.weights)
     settings = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls, kwargs)
     snap = snapshots_for(files, out_tsv, "schur", settings, snapshot_s)
     table = schur_surgery(files, tol=tol, deviations=devs, weights=weights, ci_level=ci_level,
-                          ci_controls=ci_controls, snapshots=snap, **kwargs)  # fmt: skip
+                          ci_controls=ci_controls, snapshots=snap, device=device, **kwargs)  # fmt: skip
     write_tsv(table, out_tsv)
     snap.clear()
     return table
@@ -679,6 +680,7 @@ def write_schur_prep(
     ci_blocks: int,
     ci_controls: Iterable[str],
     snapshot_s: float | None = None,
+    device: str = "cpu",
 ) -> None:
     """One block of a checkpoint's boundaries for the fanned-out Schur surgery (rule ``spectra_schur_prep``):
     ``schur.prepare_boundary`` of each (the single job's per-boundary step; `first` is the depth index of the
@@ -688,7 +690,8 @@ def write_schur_prep(
 
     Each boundary's arrays go into the work folder (``parts/schur/prep/.partial/``) as it finishes, then into
     `out_arrays` at the end. ``snapshot_s``: save the records done so far every that many seconds, and resume
-    after them (``resume``; their boundaries' arrays are in the work folder).
+    after them (``resume``; their boundaries' arrays are in the work folder). ``device``: where the
+    decompositions run.
     """
     check_surgery(boundary_metrics, orders)
     tol, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
@@ -709,7 +712,8 @@ def write_schur_prep(
         J = files[name]
         D = None if reps is None else files.deviations(name, J, counts, reps)
         prep = prepare_boundary(name, J, D, index=first + i, seed=seed, tol=tol, sr_k=sr_k, alphas=alphas,
-                                boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls)  # fmt: skip
+                                boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls,
+                                device=device)  # fmt: skip
         form, tan = prep.boundary.form, prep.tangent
         arrays = {"Q": form.Q, "lam": form.lam, "N": form.N, "n_nonzero": np.int64(form.n_nonzero), "Y": prep.Y}
         if tan is not None:
@@ -768,6 +772,7 @@ def write_schur_chain(
     ci_blocks: int,
     ci_controls: Iterable[str],
     snapshot_s: float | None = None,
+    device: str = "cpu",
 ) -> None:
     """One product chain of the Schur surgery through every boundary in depth order (rule ``spectra_schur_chain``):
     `chain` a name of ``settings.schur_chains`` (``schur_chain_name``), stepped by ``schur.step_chain`` (the
@@ -777,6 +782,7 @@ def write_schur_chain(
 
     ``snapshot_s``: save the products every that many seconds, and resume from them (``resume``); the chains of
     a checkpoint share their work folder (``parts/schur/chains/.partial/``), each with its own snapshot.
+    ``device``: where the product chain computes (it resumes on any).
     """
 
     alphas = schur_alphas(alphas)
@@ -795,7 +801,7 @@ def write_schur_chain(
     last = snap.load()
     start, results, chains = 0, [], {}
     if last is not None:
-        start, results, chains = last["done"], last["state"]["results"], _chains_from(last["state"]["chains"])
+        start, results, chains = last["done"], last["state"]["results"], _chains_from(last["state"]["chains"], device)
     # deviations where the chain carries an interval; the Schur form's tangents unless it is J̄ itself
     needs_D = reps is not None and spec[0] == "run" and wants_interval(spec[2], spec[3], ci_controls)
     tangent = ["dJ0", "W", "dnorm_rel"] if needs_D and spec[2:] != (1.0, "none") else []
@@ -812,7 +818,8 @@ def write_schur_chain(
         )
         D = files.deviations(name, J, counts, reps) if needs_D else None
         st = BoundaryStep(b, tan, D, a.get("Y"), orders, ci_controls)
-        results.append(step_chain(spec, chains, st, alphas=alphas, weights=weights, ci_level=ci_level))
+        results.append(step_chain(spec, chains, st, alphas=alphas, weights=weights, ci_level=ci_level,
+                                  device=device))  # fmt: skip
         del st, b, form, a, tan, D
         snap.save(bi + 1, lambda: {"results": results, "chains": _chain_states(chains)})
     part = {"format": SCHUR_PART_FORMAT, "chain": list(spec), "boundaries": list(files.names),

@@ -62,7 +62,6 @@ import scipy.linalg
 from scipy.linalg.lapack import ztrexc, ztrsyl
 from scipy.optimize import linear_sum_assignment
 
-from ..linalg import svd
 from ..resume import NO_SNAPSHOTS, Snapshots
 from ..runtime import progress
 from .cumulative import VARIANTS, ProductChain, step_operator, tangent_floor
@@ -342,11 +341,14 @@ def schur_tangent(form: SchurForm, J: np.ndarray, deltas: np.ndarray, keep_rotat
 
 
 # ---- the surgery table -------------------------------------------------------------------------------
-def boundary_metrics_at(form: SchurForm, N: np.ndarray, alpha: float, sr_k: int, tol: float, eigen: dict) -> dict:
+def boundary_metrics_at(
+    form: SchurForm, N: np.ndarray, alpha: float, sr_k: int, tol: float, eigen: dict, device: str = "cpu"
+) -> dict:
     """Every per-boundary metric of J_b(α) = Q(Λ + αN)Qᴴ, from the unitarily similar triangular Λ + αN, with
     the eigenvalue-only ones (EIGEN_ONLY) from `eigen` (J̄'s ``spectral_metrics``: the same eigenvalues).
 
-    α = 0 needs no SVD: a diagonal matrix has σ = |λ| sorted and U_kᴴV_k a diagonal of phases (SR = 1).
+    α = 0 needs no SVD: a diagonal matrix has σ = |λ| sorted and U_kᴴV_k a diagonal of phases (SR = 1); the
+    others' SVD runs on `device` (``decompose``).
     """
     if alpha == 0:
         lam = form.lam
@@ -358,8 +360,7 @@ def boundary_metrics_at(form: SchurForm, N: np.ndarray, alpha: float, sr_k: int,
         T = np.diag(lam)
     else:
         T = np.diag(form.lam) + alpha * N
-        U, s, Vh = svd(T)
-        dec = Decomposition(eigvals=form.lam, U=U, s=s, Vh=Vh)
+        dec = decompose(T, eigvals=form.lam, device=device)
     m = spectral_metrics(T, sr_k=sr_k, tol=tol, dec=dec) | {k: eigen[k] for k in EIGEN_ONLY if k in eigen}
     return {f"b_{k}": v for k, v in m.items()}
 
@@ -382,13 +383,14 @@ class SurgeryBoundary:
     seed: int
     index: int
     eigen: dict | None = None
+    device: str = "cpu"  # where the decompositions run (a torch device string)
 
     @classmethod
-    def of(cls, J: np.ndarray, *, tol: float, sr_k: int, seed: int, index: int) -> SurgeryBoundary:
+    def of(cls, J: np.ndarray, *, tol: float, sr_k: int, seed: int, index: int, device: str = "cpu") -> SurgeryBoundary:
         J = np.asarray(J, dtype=np.float64)
-        eigen = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=decompose(J))  # J̄'s, as in spectra.tsv
+        eigen = spectral_metrics(J, sr_k=sr_k, tol=tol, dec=decompose(J, device=device))  # J̄'s, as in spectra.tsv
         form = schur_form(J, tol, n_modes=eigen["n_modes"])
-        return cls(J=J, form=form, seed=seed, index=index, eigen=eigen)
+        return cls(J=J, form=form, seed=seed, index=index, eigen=eigen, device=device)
 
     @cached_property
     def J0(self) -> np.ndarray:
@@ -431,7 +433,7 @@ class SurgeryBoundary:
         if alpha == 1 and control == "none" and which != "none":
             return {f"b_{k}": v for k, v in self.eigen.items()}  # J̄ itself: spectra.tsv's row
         if which == "all" or (which == "own" and control == "none"):
-            return boundary_metrics_at(self.form, self.non_normal(control), alpha, sr_k, tol, self.eigen)
+            return boundary_metrics_at(self.form, self.non_normal(control), alpha, sr_k, tol, self.eigen, self.device)
         return None
 
 
@@ -474,12 +476,13 @@ def prepare_boundary(
     boundary_metrics: str,
     orders: int,
     ci_controls,
+    device: str = "cpu",
 ) -> SurgeryPrep:
     """The per-boundary step of the surgery (the single job and the prep jobs run it): J̄'s metrics and Schur
     form, the order sampler's eigenvectors, the tangents (D: the replicates' deviations, None without
-    intervals) and the b_* metrics of every (α, control)."""
+    intervals) and the b_* metrics of every (α, control); the decompositions on `device`."""
     runs = schur_runs(alphas)
-    b = SurgeryBoundary.of(J, tol=tol, sr_k=sr_k, seed=seed, index=index)
+    b = SurgeryBoundary.of(J, tol=tol, sr_k=sr_k, seed=seed, index=index, device=device)
     spread = int(orders) > 0 and any(a < 1 for a in schur_alphas(alphas))
     Y = order_eigenvectors(b.form) if spread else None
     tan = None
@@ -526,18 +529,20 @@ class BoundaryStep:
         return self._J0k[1]
 
 
-def step_chain(chain: tuple, chains: dict, st: BoundaryStep, *, alphas: list[float], weights, ci_level: float):
+def step_chain(
+    chain: tuple, chains: dict, st: BoundaryStep, *, alphas: list[float], weights, ci_level: float, device: str = "cpu"
+):
     """One boundary's step of one chain of ``schur_chains`` (the single job and the chain jobs run it), its
     ProductChain(s) in `chains` (created at the first step). A run ("run", v, α, control): (erank, log‖C‖_F,
     erank_ci_low, erank_ci_high), the interval nan without tangents; an order ("order", v, k): the erank at
-    each α < 1 of `alphas`, in order."""
+    each α < 1 of `alphas`, in order. New ProductChains compute on `device`."""
     d = st.b.J.shape[0]
     if chain[0] == "run":
         _, v, alpha, control = chain
         M, dM = st.operator(alpha, control)
         key = (v, alpha, control)
         if chains.get(key) is None:
-            chains[key] = ProductChain(tangent_floor(d))
+            chains[key] = ProductChain(tangent_floor(d), device)
         erank, log_norm, reps = chains[key].step(step_operator(M, v), dM)
         lo, hi = (np.nan, np.nan)
         if dM is not None:
@@ -550,7 +555,7 @@ def step_chain(chain: tuple, chains: dict, st: BoundaryStep, *, alphas: list[flo
         M = J0k if a == 0 else J0k + a * (st.b.J - J0k)
         key = (v, a, k)
         if chains.get(key) is None:
-            chains[key] = ProductChain(tangent_floor(d))
+            chains[key] = ProductChain(tangent_floor(d), device)
         out.append(chains[key].step(step_operator(M, v))[0])  # singular values only
     return out
 
@@ -585,8 +590,8 @@ def _chain_states(chains: dict) -> dict:
     return {k: c and c.state() for k, c in chains.items()}
 
 
-def _chains_from(states: dict) -> dict:
-    return {k: None if c is None else ProductChain.from_state(c) for k, c in states.items()}
+def _chains_from(states: dict, device: str = "cpu") -> dict:
+    return {k: None if c is None else ProductChain.from_state(c, device) for k, c in states.items()}
 
 
 def check_surgery(boundary_metrics: str, orders: int) -> None:
@@ -630,6 +635,7 @@ def schur_surgery(
     ci_level: float,
     ci_controls: Iterable[str],
     snapshots: Snapshots = NO_SNAPSHOTS,
+    device: str = "cpu",
 ) -> pd.DataFrame:
     """schur.tsv: one row per (variant, alpha, control, depth) with erank of the cumulative J(α) product.
 
@@ -651,7 +657,9 @@ def schur_surgery(
     sampler, the tangents, the b_* metrics), then one step of every chain of ``schur_chains``
     (``step_chain``); the rows (``surgery_rows``) and the table (``surgery_table``) at the end. A checkpoint
     fanned out over jobs (layergeom.spectral.pipeline: ``write_schur_prep``, ``write_schur_chain``,
-    ``gather_schur``) runs the same functions. A progress bar counts the boundaries.
+    ``gather_schur``) runs the same functions. The decompositions and the product chains compute on `device`
+    (a torch device string, ``workflow.job_device``); the Schur forms, their reordering and the Sylvester solves
+    in scipy on the CPU. A progress bar counts the boundaries.
     """
     check_surgery(boundary_metrics, orders)
     names = list(jacobians)
@@ -666,18 +674,20 @@ def schur_surgery(
     start = 0 if last is None else last["done"]
     if last is not None:
         records, results = last["state"]["records"], last["state"]["results"]
-        chains, spread = _chains_from(last["state"]["chains"]), _chains_from(last["state"]["orders"])
+        chains, spread = _chains_from(last["state"]["chains"], device), _chains_from(last["state"]["orders"], device)
     bar = progress(total=len(names), initial=start, desc="schur", unit="boundary")
     for bi in range(start, len(names)):
         name = names[bi]
         D = None if deviations is None else np.asarray(deviations[name])
         prep = prepare_boundary(name, jacobians[name], D, index=bi, seed=seed, tol=tol, sr_k=sr_k, alphas=alphas,
-                                boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls)  # fmt: skip
+                                boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls,
+                                device=device)  # fmt: skip
         records.append(prep.record)
         st = BoundaryStep(prep.boundary, prep.tangent, D, prep.Y, orders, ci_controls)
         for ch in plan:
             held = chains if ch[0] == "run" else spread
-            results[ch].append(step_chain(ch, held, st, alphas=alphas, weights=weights, ci_level=ci_level))
+            results[ch].append(step_chain(ch, held, st, alphas=alphas, weights=weights, ci_level=ci_level,
+                                          device=device))  # fmt: skip
         del st, prep
         snapshots.save(bi + 1, lambda: {"records": records, "results": results, "chains": _chain_states(chains),
                                         "orders": _chain_states(spread)})  # fmt: skip
