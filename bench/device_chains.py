@@ -1,7 +1,8 @@
 """One boundary step of the cumulative chains (both variants, K tangents) at width d: the torch chain
 (``cumulative.ProductChain`` on --device) against the numpy way it replaced (numpy products, float32 tangents,
 ``linalg.svd``; written out here as the code before issue 20 had it). Prints one JSON line: the seconds of each
-(the second boundary, after one warm-up boundary that only copies), and how far their numbers are apart.
+(the best over --repeat boundaries after one that only copies; the two ways alternate boundary by boundary),
+and how far their numbers are apart.
 
     PYTHONPATH=src python bench/device_chains.py --device cpu --d 1024 [--K 16] [--threads 2] [--repeat 1]
 
@@ -75,20 +76,27 @@ def boundaries(d, K, n, seed=0):
         yield J, (1e-2 * g.standard_normal((K, d, d)) / np.sqrt(d)).astype(np.float32)
 
 
-def run(make, steps, device):
-    chains = {v: make() for v in VARIANTS}
-    times, out = [], []
+def sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run(makers: dict, steps, device):
+    """Both ways boundary by boundary, alternating (a machine's load hits both alike): name -> (best seconds
+    over the timed boundaries, their results)."""
+    chains = {name: {v: make() for v in VARIANTS} for name, make in makers.items()}
+    times = {name: [] for name in makers}
+    out = {name: [] for name in makers}
     for i, (J, D) in enumerate(steps):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        res = [chains[v].step(step_operator(J, v), D) for v in VARIANTS]
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        if i:  # the first boundary only copies J̄ into C
-            times.append(time.perf_counter() - t0)
-            out.append(res)
-    return min(times), out
+        for name, ch in chains.items():
+            sync(device)
+            t0 = time.perf_counter()
+            res = [ch[v].step(step_operator(J, v), D) for v in VARIANTS]
+            sync(device)
+            if i:  # the first boundary only copies J̄ into C
+                times[name].append(time.perf_counter() - t0)
+                out[name].append(res)
+    return {name: (min(times[name]), out[name]) for name in makers}
 
 
 def main():
@@ -96,8 +104,9 @@ def main():
     torch.set_num_threads(args.threads)
     d, K, n = args.d, args.K, 1 + args.repeat
     floor = tangent_floor(d)
-    t_torch, a = run(lambda: ProductChain(floor, device=args.device), boundaries(d, K, n), args.device)
-    t_np, b = run(lambda: NumpyChain(floor), boundaries(d, K, n), "cpu")
+    res = run({"torch": lambda: ProductChain(floor, device=args.device), "numpy": lambda: NumpyChain(floor)},
+              boundaries(d, K, n), args.device)  # fmt: skip
+    (t_torch, a), (t_np, b) = res["torch"], res["numpy"]
     erank = max(abs(x[0] - y[0]) / y[0] for ra, rb in zip(a, b) for x, y in zip(ra, rb))
     reps = max(float(np.max(np.abs(x[2] - y[2]) / y[2])) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
     print(json.dumps({"stage": "cumulative_step", "device": args.device, "d": d, "K": K, "threads": args.threads,
