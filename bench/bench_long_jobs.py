@@ -25,6 +25,11 @@ numbers to their node. Threads: the BLAS default (every core; the jobs do not pi
 Writes bench/results/long_jobs.json and long_jobs.md.
 
     OMP_WAIT_POLICY=PASSIVE python bench/bench_long_jobs.py [--d 4096] [--small-d 2048] [--schur-dims 1024 2048]
+        [--device cpu|cuda] [--out DIR]
+
+``--device cuda`` times the same functions on a GPU (each computes through torch on the device it is given, as a
+job does with ``workflow.job_device``): bench/gpu_check.sh runs it at d = 4096, one boundary per stage, and the
+summary's per-checkpoint hours then project a whole checkpoint's spectral work on that GPU.
 """
 
 from __future__ import annotations
@@ -124,19 +129,19 @@ def rates(d: int, repeats: int = 3) -> dict:
 
 
 # ---- the jobs, one boundary each ---------------------------------------------------------------------------
-def bench_spectra(J, groups, counts, cfg) -> dict:
+def bench_spectra(J, groups, counts, cfg, device: str = "cpu") -> dict:
     """write_spectra's work on one boundary: deviations, decomposition, metrics and linearised replicates."""
     d = J.shape[0]
     reps = intervals.replicates(counts, cfg["ci_blocks"])
     tol = rank_tolerance(d, cfg["dtype"], cfg["rank_tol"])
     t = {"K": reps.K}
     D, t["deviations_s"] = timed(intervals.deviations, J, groups, counts, reps)
-    dec, t["decompose_s"] = timed(decompose, J)
+    dec, t["decompose_s"] = timed(decompose, J, device=device)
 
     def row_with_intervals():  # as write_spectra: the row, then its intervals
-        row, _ = spectra_row("L0.mlp", J, int(counts.sum()), sr_k=cfg["sr_k"], tol=tol, dec=dec)
+        row, _ = spectra_row("L0.mlp", J, int(counts.sum()), sr_k=cfg["sr_k"], tol=tol, dec=dec, device=device)
         return row | spectra_intervals(J, dec, row, D, reps.weights, tol=tol, ci_level=cfg["ci_level"],
-                                       ci_method=cfg["ci_method"])  # fmt: skip
+                                       ci_method=cfg["ci_method"], device=device)  # fmt: skip
 
     row, t["metrics_and_replicates_s"] = timed(row_with_intervals)
     _, t["eigenvalue_frame_s"] = timed(eigenvalue_frame, "L0.mlp", dec, tol)
@@ -145,7 +150,7 @@ def bench_spectra(J, groups, counts, cfg) -> dict:
     return t
 
 
-def bench_cumulative(bounds, counts, cfg) -> dict:
+def bench_cumulative(bounds, counts, cfg, device: str = "cpu") -> dict:
     """cumulative_rows (both variants, with intervals) on two boundaries; the second one timed."""
     reps = intervals.replicates(counts, cfg["ci_blocks"])
     marks = []
@@ -155,7 +160,8 @@ def bench_cumulative(bounds, counts, cfg) -> dict:
             marks.append(time.perf_counter())
             yield f"L{i}.mlp", J, intervals.deviations(J, groups, counts, reps)
 
-    _, total = timed(cumulative_rows, steps(), VARIANTS, weights=reps.weights, ci_level=cfg["ci_level"])
+    _, total = timed(cumulative_rows, steps(), VARIANTS, weights=reps.weights, ci_level=cfg["ci_level"],
+                     device=device)  # fmt: skip
     end = marks[0] + total
     return {"K": reps.K, "boundary1_s": marks[1] - marks[0], "boundary_s": end - marks[1]}
 
@@ -172,7 +178,7 @@ class _Timestamped(dict):
         return super().__getitem__(key)
 
 
-def bench_schur(bounds, counts, cfg, seed: int) -> dict:
+def bench_schur(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
     """schur_surgery with the config's α, Schur blocks and controls on two boundaries; the second one timed."""
     d = bounds[0][0].shape[0]
     reps = intervals.replicates(counts, cfg["schur_ci_blocks"]) if cfg["schur_ci_blocks"] else None
@@ -190,13 +196,16 @@ def bench_schur(bounds, counts, cfg, seed: int) -> dict:
         jac, alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"], tol=rank_tolerance(d, cfg["dtype"], cfg["rank_tol"]),
         boundary_metrics=cfg["schur_boundary_metrics"], orders=cfg["schur_orders"], deviations=devs,
         weights=None if reps is None else reps.weights, ci_level=cfg["ci_level"], ci_controls=cfg["schur_ci_controls"],
+        device=device,
     )  # fmt: skip
     end = time.perf_counter()
     b2 = jac.read_at[names[1]]
     return {"d": d, "K": 0 if reps is None else reps.K, "boundary1_s": b2 - t0, "boundary_s": end - b2}
 
 
-def convergence_step(J_prev, groups, counts, S, chains, cfg, *, edge: bool, final: bool, product_blocks: int = 4):
+def convergence_step(
+    J_prev, groups, counts, S, chains, cfg, *, edge: bool, final: bool, product_blocks: int = 4, device: str = "cpu"
+):
     """One boundary of ``convergence_rows`` (src/layergeom/spectral/convergence.py, its inner loop body, with
     the same calls): subset mean and deviations, the recomputed metrics when the boundary is early, late or the
     middle one, and one product step per variant (the final boundary also takes the erank SVDs)."""
@@ -211,9 +220,9 @@ def convergence_step(J_prev, groups, counts, S, chains, cfg, *, edge: bool, fina
     J = np.tensordot(w, np.asarray(g, dtype=np.float64), axes=1)  # (d, d) J̄ of the subset
     D = intervals.deviations(J, g, sub_counts, reps)
     if edge:
-        dec = decompose(J)
+        dec = decompose(J, device=device)
         spectral_metrics(J, sr_k=cfg["sr_k"], tol=tol, dec=dec)
-        metric_replicates(J, D, tol=tol, sr_k=cfg["sr_k"], dec=dec, method="linear")
+        metric_replicates(J, D, tol=tol, sr_k=cfg["sr_k"], dec=dec, method="linear", device=device)
     Dp = D if preps.K == reps.K else intervals.deviations(J, g, sub_counts, preps)
     for v, chain in chains.items():
         if final:
@@ -224,7 +233,7 @@ def convergence_step(J_prev, groups, counts, S, chains, cfg, *, edge: bool, fina
     return preps.K
 
 
-def bench_convergence(J, groups, counts, cfg) -> dict:
+def bench_convergence(J, groups, counts, cfg, device: str = "cpu") -> dict:
     """Per subset size: a plain boundary's and an edge boundary's inner step of convergence_rows (the product
     chains already hold one boundary, so the step multiplies); the final step's extra at the largest size."""
     sizes = pipeline.convergence_sizes(len(counts), cfg["convergence_sizes"])
@@ -235,7 +244,7 @@ def bench_convergence(J, groups, counts, cfg) -> dict:
         preps = intervals.replicates(sub, 4)
         Jp = np.tensordot(sub / sub.sum(), np.asarray(groups[:S], dtype=np.float64), axes=1)
         Dp = intervals.deviations(Jp, groups[:S], sub, preps)
-        chains = {v: ProductChain(0.0) for v in VARIANTS}
+        chains = {v: ProductChain(0.0, device) for v in VARIANTS}
         for v, c in chains.items():
             c.advance(step_operator(Jp, v), Dp)
         return chains
@@ -243,10 +252,12 @@ def bench_convergence(J, groups, counts, cfg) -> dict:
     for S in sizes:
         for kind, edge in (("plain_s", False), ("edge_s", True)):
             chains = fresh_chains(S)
-            _, out[kind][S] = timed(convergence_step, J, groups, counts, S, chains, cfg, edge=edge, final=False)
+            _, out[kind][S] = timed(convergence_step, J, groups, counts, S, chains, cfg, edge=edge, final=False,
+                                    device=device)  # fmt: skip
             log(f"convergence S={S} {kind[:-2]}: {out[kind][S]:.1f} s")
     S = sizes[-1]
-    _, final = timed(convergence_step, J, groups, counts, S, fresh_chains(S), cfg, edge=False, final=True)
+    _, final = timed(convergence_step, J, groups, counts, S, fresh_chains(S), cfg, edge=False, final=True,
+                     device=device)  # fmt: skip
     out["final_extra_s"] = max(0.0, final - out["plain_s"][S])
     return out
 
@@ -261,15 +272,15 @@ def convergence_checkpoint_s(conv: dict, n_boundaries: int, n_edge: int, scale: 
     return scale * float(sum(per_size))
 
 
-def bench_topology(d: int, tokens: int, window_tokens: int, cfg: dict, seed: int) -> dict:
+def bench_topology(d: int, tokens: int, window_tokens: int, cfg: dict, seed: int, device: str = "cpu") -> dict:
     """boundary_topology on `tokens` rows of a float32 activation memmap (BOS rows masked), and the streamed
     correlation alone (the part that grows with the tokens)."""
     with tempfile.TemporaryDirectory() as tmp:
         states, t_gen = timed(synthetic_states, Path(tmp) / "states.npy", tokens, d)
         log(f"topology: {tokens} x {d} activations written in {t_gen:.0f} s")
         mask = np.arange(tokens) % window_tokens != 0
-        topo, total = timed(boundary_topology, states, mask, cfg, seed)
-        _, corr = timed(streamed_correlation, states, mask, cfg["chunk_tokens"])
+        topo, total = timed(boundary_topology, states, mask, cfg, seed, device=device)
+        _, corr = timed(streamed_correlation, states, mask, cfg["chunk_tokens"], device=device)
         del states
     return {"d": d, "tokens": tokens, "boundary_s": total, "correlation_s": corr,
             "communities": topo.summary["n_communities"], "edges": topo.summary["n_edges_pos"] + topo.summary["n_edges_neg"]}  # fmt: skip
@@ -286,6 +297,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=None, help="topology tokens (default windows × window_tokens)")
     ap.add_argument("--jobs", nargs="+", default=["rates", "spectra", "cumulative", "schur", "convergence", "topology"])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--device", default="cpu", help="torch device of the spectral and topology functions (cpu, cuda)")
     ap.add_argument("--render", action="store_true", help="only rewrite long_jobs.md from long_jobs.json")
     args = ap.parse_args()
     if args.render:
@@ -316,6 +328,7 @@ def main():
                                           "convergence_boundaries", "dtype")},
                    "topology": {k: tcfg[k] for k in ("top_k", "resolution", "resolution_sweep", "chunk_tokens")}},
         "d": args.d,
+        "device": args.device,
         "models": models,
         "results": {},
     }  # fmt: skip
@@ -339,30 +352,36 @@ def main():
         for d in sorted({args.small_d, args.d}):
             bounds = mats(d, 2)
             if "spectra" in args.jobs:
-                res.setdefault("spectra_table", {})[d] = bench_spectra(*bounds[0], counts, cfg)
+                res.setdefault("spectra_table", {})[d] = bench_spectra(*bounds[0], counts, cfg, args.device)
                 log(f"spectra d={d}: {res['spectra_table'][d]}")
             if "cumulative" in args.jobs:
-                res.setdefault("spectra_cumulative", {})[d] = bench_cumulative(bounds, counts, cfg)
+                res.setdefault("spectra_cumulative", {})[d] = bench_cumulative(bounds, counts, cfg, args.device)
                 log(f"cumulative d={d}: {res['spectra_cumulative'][d]}")
     if "convergence" in args.jobs:
         J, groups = mats(args.d, 2)[0]
-        res["spectra_convergence"] = {args.d: bench_convergence(J, groups, counts, cfg)}
+        res["spectra_convergence"] = {args.d: bench_convergence(J, groups, counts, cfg, args.device)}
     big.clear()
     if "schur" in args.jobs:
         res["spectra_schur"] = {}
         for d in args.schur_dims:
             bounds = [boundary(d, counts, seed=i) for i in range(2)]
-            res["spectra_schur"][d] = bench_schur(bounds, counts, cfg, seed)
+            res["spectra_schur"][d] = bench_schur(bounds, counts, cfg, seed, args.device)
             log(f"schur d={d}: {res['spectra_schur'][d]}")
             del bounds
     if "topology" in args.jobs:
-        res["topology_graph"] = {args.d: bench_topology(args.d, tokens, int(corpus["window_tokens"]), tcfg, seed)}
+        res["topology_graph"] = {
+            args.d: bench_topology(args.d, tokens, int(corpus["window_tokens"]), tcfg, seed, args.device)
+        }
         log(f"topology: {res['topology_graph']}")
     log("done")
     out["machine"]["load_average_at_end"] = os.getloadavg()
     out["machine"]["load_average_1min_max"] = LOAD_MAX[0]
     out["wall_s"] = time.perf_counter() - t_start
     out["summary"] = summarise(out, args.d, config_tokens, int(cfg["convergence_boundaries"]))
+    # job -> hours for one checkpoint of the first model (Llama-3.1-8B) on this device, and their sum
+    kind = "cpu" if args.device == "cpu" else "gpu"
+    hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
+    out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
     path = Path(args.out)
     path.mkdir(parents=True, exist_ok=True)
     (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
@@ -382,7 +401,7 @@ def summarise(out: dict, d: int, config_tokens: int, n_edge: int) -> dict:
     if "spectra_schur" in res:
         dm = max(res["spectra_schur"])
         jobs["spectra_schur"] = {"boundary_s": res["spectra_schur"][dm]["boundary_s"] * (d / dm) ** 3,
-                                 "measured_d": dm, "scale": (d / dm) ** 3}  # fmt: skip
+                                 "measured_d": dm, **({"scale": (d / dm) ** 3} if dm != d else {})}  # fmt: skip
     if "spectra_convergence" in res:
         conv = res["spectra_convergence"][d]
         jobs["spectra_convergence"] = {"measured_d": d, "per_checkpoint_s": {
@@ -434,6 +453,12 @@ def markdown(out: dict) -> str:
     d = out["d"]
     per_model = ", ".join(f"{v['label']} {v['boundaries']}" for v in models.values())
     la0, la1 = mach["load_average_at_start"], mach["load_average_at_end"]
+    totals = [
+        f"One {models[MODELS[0]]['label']} checkpoint: {v['total']:.1f} {k.split('_')[2].upper()}-hours "
+        f"(`{k}` in long_jobs.json).\n"
+        for k, v in out.items()
+        if k.startswith("per_checkpoint_") and k.endswith("_hours")
+    ]
     L = [
         "# Long per-checkpoint jobs at papers scale (bench/bench_long_jobs.py)",
         "",
@@ -451,8 +476,10 @@ def markdown(out: dict) -> str:
         "(1 min) in between: the machine is shared, and a load above the CPU count inflates the times. "
         f"Whole run {out['wall_s'] / 60:.0f} min.",
         "",
-        f"## Per boundary (d = {d}) and per checkpoint, on these {mach['cpus']} cores",
+        f"## Per boundary (d = {d}) and per checkpoint, on these {mach['cpus']} cores"
+        + (f" and the device `{out['device']}`" if out.get("device", "cpu") != "cpu" else ""),
         "",
+        *totals,
         f"Over {LIMIT_MIN:.0f} min per checkpoint (**bold**): the job must be resumable (or split) at papers scale.",
         "",
         "| job | s per boundary | measured at | "
@@ -542,7 +569,7 @@ def markdown(out: dict) -> str:
                 f"(one boundary at {d} would take about {out['summary']['spectra_schur']['boundary_s'] / 60:.0f} min, "
                 "over the ~8 min one measurement may take here)."
             ]
-            if "spectra_schur" in out["summary"]
+            if "scale" in out["summary"].get("spectra_schur", {})
             else []
         ),
         "- `spectra_convergence` has no per-boundary entry point: its step is the loop body of "

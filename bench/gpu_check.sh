@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# gpu_check.sh - the CUDA path on one GPU in about 5 minutes, results to one Markdown file:
-#   1. the whole test config (config/test.yaml, five tiny families) end to end with `device: cuda`;
+# gpu_check.sh - the CUDA path on one GPU in about 10 minutes, results to one Markdown file:
+#   1. the whole test config (config/test.yaml, every tiny family) end to end with `device: cuda` and
+#      `gpu_min_width: 0`, so that the Paper B analysis jobs (tables, products, Schur, convergence, graphs)
+#      compute on the GPU too (they otherwise run on the CPU below 2048 wide);
 #   2. float32 vs bfloat16 weights (`models.<m>.dtype`) of two tiny models: how far the result tables move
 #      (skipped, with a note, when this version of the workflow has no dtype key);
 #   3. bench/gpu_jacobians.py: the exact Jacobians at d=4096 (structured and autodiff, timed, FLOP rate);
 #   4. GPU slots: two concurrent jobs on two GPUs get different devices (the physical GPU's UUID as torch sees
 #      it in each), and the test config's activation jobs with --resources gpu=2 log both slots (skipped,
 #      with a note, on a machine with fewer than two GPUs); on any GPU machine, every model job's log names
-#      its device.
+#      its device;
+#   5. Paper B's spectral and topology stages at d = 4096 on the GPU, one boundary each (bench/bench_long_jobs.py
+#      --device cuda), and the projected hours of one Llama-3.1-8B checkpoint's spectral work on this GPU.
 #
 #   bash bench/gpu_check.sh [OUTDIR]       # OUTDIR default: $OUT, else bench/results
 #
 # Needs a Python with torch (a CUDA build), transformers, snakemake and the project's other dependencies
 # (PYTHON=..., default .venv/bin/python, else python3); it installs nothing (GPU machines may be offline) and
 # stops at once with a message when torch, CUDA or snakemake is missing. Each stage has its own time limit
-# (GPU_CHECK_E2E_S, GPU_CHECK_DTYPE_S, GPU_CHECK_JAC_S, GPU_CHECK_SLOTS_S seconds); a stage that fails or runs out is reported
+# (GPU_CHECK_E2E_S, GPU_CHECK_DTYPE_S, GPU_CHECK_JAC_S, GPU_CHECK_SLOTS_S, GPU_CHECK_LONG_S seconds); a stage that fails or runs out is reported
 # and the next one still runs. Exit status: 0 when every stage that ran passed.
 # GPU_CHECK_DEVICE=cpu runs the same stages on the CPU (small Jacobian width), to try the script without a GPU.
 set -uo pipefail
@@ -24,6 +28,7 @@ E2E_S=${GPU_CHECK_E2E_S:-150}
 DTYPE_S=${GPU_CHECK_DTYPE_S:-75}
 JAC_S=${GPU_CHECK_JAC_S:-90}
 SLOTS_S=${GPU_CHECK_SLOTS_S:-120}
+LONG_S=${GPU_CHECK_LONG_S:-240}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python
@@ -71,15 +76,16 @@ note() { echo "$*" >>"$REPORT"; }
 say "1. config/test.yaml end to end with device=$DEVICE (limit ${E2E_S}s)"
 s=$(date +%s)
 timeout --kill-after=20 "$E2E_S" "$PY" -m snakemake -s "$ROOT/Snakefile" -d "$WORK/e2e" --cores "$NCPU" \
-    --resources gpu=8 --configfile config/test.yaml --config device="$DEVICE" -q >"$WORK/e2e.log" 2>&1
+    --resources gpu=8 --configfile config/test.yaml --config device="$DEVICE" gpu_min_width=0 -q >"$WORK/e2e.log" 2>&1
 rc=$?
 e=$(($(date +%s) - s))
 n_tables=$(find "$WORK/e2e/results" -name '*.tsv' 2>/dev/null | wc -l)
 n_gpu_logs=$(grep -rl "cuda_visible_devices=[0-9]" "$WORK/e2e/logs" 2>/dev/null | wc -l)
+n_analysis_gpu=$(grep -l "device: $DEVICE" "$WORK"/e2e/logs/{spectra_table,spectra_cumulative,spectra_schur,spectra_convergence,topology_graph}/*/* 2>/dev/null | wc -l)
 note "## 1. config/test.yaml end to end, device: $DEVICE"
 note ""
 if [ $rc -eq 0 ]; then
-    note "OK in ${e} s on ${NCPU} CPUs: ${n_tables} tables; ${n_gpu_logs} job logs show a visible GPU."
+    note "OK in ${e} s on ${NCPU} CPUs: ${n_tables} tables; ${n_gpu_logs} job logs show a visible GPU, ${n_analysis_gpu} of them Paper B analysis jobs computing on $DEVICE."
     note ""
     "$PY" bench/e2e_summary.py "$WORK/e2e" --out "$WORK/e2e.md" --wall "$e" >/dev/null 2>&1 \
         && sed -n '/^|/p' "$WORK/e2e.md" >>"$REPORT"
@@ -228,6 +234,31 @@ EOF
     note ""
     say "   done in $(($(date +%s) - s))s"
 fi
+
+# ---- 5. Paper B's spectral stages at d=4096 on the GPU --------------------------------------------------
+say "5. bench/bench_long_jobs.py on $DEVICE (limit ${LONG_S}s)"
+note "## 5. Paper B's analysis stages, one boundary each, on $DEVICE (bench/bench_long_jobs.py)"
+note ""
+s=$(date +%s)
+long_args=(--device "$DEVICE" --out "$OUTDIR/long_jobs_$DEVICE" --jobs spectra cumulative convergence schur topology)
+if [ "$DEVICE" = cuda ]; then long_args+=(--d 4096 --small-d 4096 --schur-dims 4096 --tokens 32768)
+else long_args+=(--d 256 --small-d 256 --schur-dims 256 --tokens 4096); fi
+timeout --kill-after=20 "$LONG_S" "$PY" bench/bench_long_jobs.py "${long_args[@]}" >"$WORK/long.log" 2>&1
+rc=$?
+e=$(($(date +%s) - s))
+if [ $rc -eq 0 ]; then
+    sed -n '/^One .* checkpoint: /p;/^| job/,/^$/p' "$OUTDIR/long_jobs_$DEVICE/long_jobs.md" >>"$REPORT"
+    note "In ${e} s; the whole report in long_jobs_$DEVICE/long_jobs.md next to this one. The target: one 8B"
+    note "checkpoint's spectral work in at most 1 h on one H100/H200-class GPU."
+else
+    status=1
+    note "FAILED (exit $rc$([ $rc -ge 124 ] && echo ', time limit') after ${e} s). Last lines:"
+    note '```'
+    tail -n 30 "$WORK/long.log" >>"$REPORT"
+    note '```'
+fi
+note ""
+say "   exit $rc in ${e}s"
 
 note ""
 note "Total $(($(date +%s) - t0)) s; work directory $WORK; exit status $status."
