@@ -59,7 +59,8 @@ from layergeom.spectral import intervals, pipeline  # noqa: E402
 from layergeom.spectral.convergence import VARIANTS  # noqa: E402
 from layergeom.spectral.cumulative import ProductChain, cumulative_rows, step_operator, tangent_floor  # noqa: E402
 from layergeom.spectral.linear import metric_replicates, spectra_intervals  # noqa: E402
-from layergeom.spectral.schur import schur_surgery  # noqa: E402
+from layergeom.spectral.schur import BoundaryStep, prepare_boundary, schur_surgery, step_chain, wants_interval  # noqa: E402
+from layergeom.spectral.settings import schur_alphas, schur_chains  # noqa: E402
 from layergeom.spectral.spectra import decompose, eigenvalue_frame, rank_tolerance, spectra_row, spectral_metrics  # noqa: E402
 from layergeom.topology.communities import boundary_topology  # noqa: E402
 from layergeom.topology.graphs import streamed_correlation  # noqa: E402
@@ -203,6 +204,88 @@ def bench_schur(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
     return {"d": d, "K": 0 if reps is None else reps.K, "boundary1_s": b2 - t0, "boundary_s": end - b2}
 
 
+def chain_class(chain: tuple, ci_controls, intervals: bool) -> str:
+    """The cost class of one Schur chain (``settings.schur_chains``): ``order`` (a reordered normal part and a
+    product per α < 1, singular values only), ``real`` (J̄ itself: real products, tangents when intervals are on),
+    ``tangents`` (a complex J(α) with its replicates' tangents: products, a full SVD) or ``plain`` (a complex
+    J(α) without tangents: a product and singular values)."""
+    if chain[0] == "order":
+        return "order"
+    _, _, alpha, control = chain
+    if alpha == 1 and control == "none":
+        return "real"
+    return "tangents" if intervals and wants_interval(alpha, control, set(ci_controls)) else "plain"
+
+
+def bench_schur_chains(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
+    """The fanned-out Schur surgery's steps at the bench width, one boundary each: ``prepare_boundary`` (the prep
+    job's per-boundary work) and one step of a chain of every cost class (``chain_class``) as a chain job takes it
+    (its operator formed for it alone), the second boundary timed. Per boundary of one job: prep + Σ_class
+    (chains of the class × its step)."""
+    d = bounds[0][0].shape[0]
+    reps = intervals.replicates(counts, cfg["schur_ci_blocks"]) if cfg["schur_ci_blocks"] else None
+    tol = rank_tolerance(d, cfg["dtype"], cfg["rank_tol"])
+    alphas, orders = schur_alphas(cfg["alphas"]), int(cfg["schur_orders"])
+    plan = schur_chains(alphas, orders)
+    ci = cfg["schur_ci_controls"]
+    counts_by_class = {}
+    for ch in plan:
+        counts_by_class[chain_class(ch, ci, reps is not None)] = (
+            counts_by_class.get(chain_class(ch, ci, reps is not None), 0) + 1
+        )
+    example = {}
+    for ch in plan:  # the first chain of each class, update variant
+        example.setdefault(chain_class(ch, ci, reps is not None), ch)
+    preps, Ds, prep_s = [], [], 0.0
+    for bi, (J, groups) in enumerate(bounds):
+        D = None if reps is None else intervals.deviations(J, groups, counts, reps)
+        prep, t = timed(prepare_boundary, f"L{bi}.mlp", J, D, index=bi, seed=seed, tol=tol, sr_k=cfg["sr_k"],
+                        alphas=alphas, boundary_metrics=cfg["schur_boundary_metrics"], orders=orders,
+                        ci_controls=ci, device=device)  # fmt: skip
+        preps.append(prep)
+        Ds.append(D)
+        prep_s = t
+        log(f"schur prep d={d} boundary {bi + 1}: {t:.1f} s")
+    step_s = {}
+    for cls, ch in example.items():
+        chains = {}
+        for bi, prep in enumerate(preps):
+            st = BoundaryStep(prep.boundary, prep.tangent, Ds[bi], prep.Y, orders, ci)
+            _, t = timed(step_chain, ch, chains, st, alphas=alphas, weights=None if reps is None else reps.weights,
+                         ci_level=cfg["ci_level"], device=device)  # fmt: skip
+        step_s[cls] = t
+        log(f"schur chain step d={d} {cls} ({ch}): {t:.1f} s")
+    boundary_s = prep_s + sum(counts_by_class[c] * step_s[c] for c in step_s)
+    return {"d": d, "K": 0 if reps is None else reps.K, "prep_s": prep_s, "step_s": step_s,
+            "chains": counts_by_class, "boundary_s": boundary_s}  # fmt: skip
+
+
+def critical_path(summary: dict, chains: dict | None, n_boundaries: int, concurrent: int = 64) -> dict:
+    """Wall hours of one checkpoint's fanned-out analysis with `concurrent` jobs at this machine's speed, from
+    the measured per-boundary times: the smallest block n (``spectra.boundaries_per_job``) whose jobs (table
+    parts, Schur preps and graph blocks per block, one job per Schur chain, cumulative, convergence) fit in
+    `concurrent`; then the longest path: a table part, a graph block, the cumulative and convergence jobs (one
+    each, through depth), and a Schur prep followed by the slowest chain (every boundary)."""
+    B = n_boundaries
+    n_chains = 0 if chains is None else sum(chains["chains"].values())
+    for n in range(1, B + 1):
+        blocks = -(-B // n)
+        if 3 * blocks + n_chains + 2 <= concurrent:
+            break
+    per = {job: s["boundary_s"] for job, s in summary.items()}
+    paths = {
+        "spectra_table_part": n * per.get("spectra_table", 0.0),
+        "topology_graph_block": n * per.get("topology_graph", 0.0),
+        "spectra_cumulative": B * per.get("spectra_cumulative", 0.0),
+        "spectra_convergence": B * per.get("spectra_convergence", 0.0),
+    }
+    if chains is not None:
+        paths["spectra_schur_prep + chain"] = n * chains["prep_s"] + B * max(chains["step_s"].values())
+    hours = {k: v / 3600 for k, v in paths.items()}
+    return {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + 2, "paths_hours": hours,
+            "hours": max(hours.values())}  # fmt: skip
+
+
 def convergence_step(
     J_prev, groups, counts, S, chains, cfg, *, edge: bool, final: bool, product_blocks: int = 4, device: str = "cpu"
 ):
@@ -295,7 +378,10 @@ def main():
     ap.add_argument("--schur-dims", type=int, nargs="+", default=[1024, 2048],
                     help="widths of the Schur bench (the largest is extrapolated to --d as d³)")  # fmt: skip
     ap.add_argument("--tokens", type=int, default=None, help="topology tokens (default windows × window_tokens)")
-    ap.add_argument("--jobs", nargs="+", default=["rates", "spectra", "cumulative", "schur", "convergence", "topology"])
+    ap.add_argument("--jobs", nargs="+",
+                    default=["rates", "spectra", "cumulative", "schur_chains", "convergence", "topology"],
+                    help="schur_chains: the Schur prep and one chain step per cost class at --d (per boundary = prep "
+                         "+ the chains' steps); schur: whole boundaries of the one job at --schur-dims")  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--device", default="cpu", help="torch device of the spectral and topology functions (cpu, cuda)")
     ap.add_argument("--render", action="store_true", help="only rewrite long_jobs.md from long_jobs.json")
@@ -357,6 +443,9 @@ def main():
             if "cumulative" in args.jobs:
                 res.setdefault("spectra_cumulative", {})[d] = bench_cumulative(bounds, counts, cfg, args.device)
                 log(f"cumulative d={d}: {res['spectra_cumulative'][d]}")
+    if "schur_chains" in args.jobs:
+        res["spectra_schur_chains"] = {args.d: bench_schur_chains(mats(args.d, 2), counts, cfg, seed, args.device)}
+        log(f"schur chains d={args.d}: {res['spectra_schur_chains'][args.d]}")
     if "convergence" in args.jobs:
         J, groups = mats(args.d, 2)[0]
         res["spectra_convergence"] = {args.d: bench_convergence(J, groups, counts, cfg, args.device)}
@@ -382,6 +471,8 @@ def main():
     kind = "cpu" if args.device == "cpu" else "gpu"
     hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
     out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
+    chains = res.get("spectra_schur_chains", {}).get(args.d)
+    out["critical_path_hours_64_jobs"] = critical_path(out["summary"], chains, models[MODELS[0]]["boundaries"])
     path = Path(args.out)
     path.mkdir(parents=True, exist_ok=True)
     (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
@@ -398,7 +489,10 @@ def summarise(out: dict, d: int, config_tokens: int, n_edge: int) -> dict:
         jobs["spectra_table"] = {"boundary_s": res["spectra_table"][d]["boundary_s"], "measured_d": d}
     if "spectra_cumulative" in res and d in res["spectra_cumulative"]:
         jobs["spectra_cumulative"] = {"boundary_s": res["spectra_cumulative"][d]["boundary_s"], "measured_d": d}
-    if "spectra_schur" in res:
+    if "spectra_schur_chains" in res and d in res["spectra_schur_chains"]:
+        jobs["spectra_schur"] = {"boundary_s": res["spectra_schur_chains"][d]["boundary_s"], "measured_d": d,
+                                 "from": "prep + chain steps"}  # fmt: skip
+    elif "spectra_schur" in res:
         dm = max(res["spectra_schur"])
         jobs["spectra_schur"] = {"boundary_s": res["spectra_schur"][dm]["boundary_s"] * (d / dm) ** 3,
                                  "measured_d": dm, **({"scale": (d / dm) ** 3} if dm != d else {})}  # fmt: skip
@@ -495,6 +589,12 @@ def markdown(out: dict) -> str:
             where += f", mean over {models[MODELS[0]]['boundaries']} boundaries × {len(res[job][d]['sizes'])} sizes"
         mins = [f"**{v:.0f}**" if s["over_limit"][m] else f"{v:.1f}" for m, v in s["per_checkpoint_min"].items()]
         L.append(f"| `{job}` | {s['boundary_s']:.0f} | {where} | " + " | ".join(mins) + " |")
+    cp = out.get("critical_path_hours_64_jobs")
+    if cp:
+        L += ["", f"Fanned out with 64 concurrent jobs (`spectra.boundaries_per_job: {cp['boundaries_per_job']}`, "
+              f"{cp['jobs']} jobs per {models[MODELS[0]]['label']} checkpoint), the longest path takes "
+              f"**{cp['hours']:.2f} h** at these per-boundary speeds (`critical_path_hours_64_jobs`): "
+              + ", ".join(f"{k} {v:.2f} h" for k, v in cp["paths_hours"].items()) + "."]  # fmt: skip
     L += ["", "## Where the time goes", ""]
     if "spectra_table" in res:
         L += [f"`spectra_table` (K = {c['n_groups'] if c['ci_blocks'] is None else c['ci_blocks']} replicates, "
@@ -525,6 +625,12 @@ def markdown(out: dict) -> str:
             L.append(f"The complex SVD, the largest part, grew ×{r[d]['svd_complex_s'] / r[ds[-1]]['svd_complex_s']:.1f}"
                      f" from d={ds[-1]} to {d} on this machine (d³: ×{(d / ds[-1]) ** 3:.0f}).")  # fmt: skip
         L.append("")
+    if "spectra_schur_chains" in res and d in res["spectra_schur_chains"]:
+        t = res["spectra_schur_chains"][d]
+        L += [f"`spectra_schur` as its fanned-out jobs take it (d = {d}, K = {t['K']} blocks): a prep "
+              f"{t['prep_s']:.1f} s per boundary; one chain step per class ("
+              + "; ".join(f"{c}: {s:.1f} s × {t['chains'][c]} chains" for c, s in t["step_s"].items())
+              + f"): {t['boundary_s']:.0f} s per boundary in all.", ""]  # fmt: skip
     if "spectra_convergence" in res:
         conv = res["spectra_convergence"][d]
         L += [f"`spectra_convergence` (sizes {conv['sizes']} of {c['n_groups']} groups; per size every boundary "
