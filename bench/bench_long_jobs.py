@@ -262,15 +262,15 @@ def bench_schur_chains(bounds, counts, cfg, seed: int, device: str = "cpu") -> d
 
 def critical_path(summary: dict, chains: dict | None, n_boundaries: int, concurrent: int = 64) -> dict:
     """Wall hours of one checkpoint's fanned-out analysis with `concurrent` jobs at this machine's speed, from
-    the measured per-boundary times: the smallest block n (``spectra.boundaries_per_job``) whose jobs (table
-    parts, Schur preps and graph blocks per block, one job per Schur chain, cumulative, convergence) fit in
-    `concurrent`; then the longest path: a table part, a graph block, the cumulative and convergence jobs (one
-    each, through depth), and a Schur prep followed by the slowest chain (every boundary)."""
+    the measured per-boundary times. Two waves: first the jobs per block of n boundaries (table parts, Schur
+    preps, graph blocks) beside the cumulative and convergence jobs (one each, through depth), then one job per
+    Schur chain (every boundary, after the preps). n (``spectra.boundaries_per_job``) is the smallest block
+    whose waves each fit in `concurrent` jobs; the longest path is then the slowest of a table part, a graph
+    block, the cumulative job, the convergence job, and a Schur prep followed by the slowest chain."""
     B = n_boundaries
     n_chains = 0 if chains is None else sum(chains["chains"].values())
     for n in range(1, B + 1):
-        blocks = -(-B // n)
-        if 3 * blocks + n_chains + 2 <= concurrent:
+        if 3 * -(-B // n) + 2 <= concurrent and n_chains + 2 <= concurrent:
             break
     per = {job: s["boundary_s"] for job, s in summary.items()}
     paths = {
@@ -284,6 +284,15 @@ def critical_path(summary: dict, chains: dict | None, n_boundaries: int, concurr
     hours = {k: v / 3600 for k, v in paths.items()}
     return {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + 2, "paths_hours": hours,
             "hours": max(hours.values())}  # fmt: skip
+
+
+def totals(out: dict, d: int) -> None:
+    """The per-checkpoint CPU (or GPU) hours of the first model and the fanned-out critical path, into `out`."""
+    kind = "cpu" if out.get("device", "cpu") == "cpu" else "gpu"
+    hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
+    out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
+    chains = out["results"].get("spectra_schur_chains", {}).get(d)
+    out["critical_path_hours_64_jobs"] = critical_path(out["summary"], chains, out["models"][MODELS[0]]["boundaries"])
 
 
 def convergence_step(
@@ -388,7 +397,10 @@ def main():
     args = ap.parse_args()
     if args.render:
         path = Path(args.out)
-        (path / "long_jobs.md").write_text(markdown(from_json(json.loads((path / "long_jobs.json").read_text()))))
+        out = from_json(json.loads((path / "long_jobs.json").read_text()))
+        totals(out, out["d"])  # recomputed: the rule may have changed since the measurement
+        (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
+        (path / "long_jobs.md").write_text(markdown(out))
         return
 
     config = lgconfig.load(args.config)
@@ -467,12 +479,7 @@ def main():
     out["machine"]["load_average_1min_max"] = LOAD_MAX[0]
     out["wall_s"] = time.perf_counter() - t_start
     out["summary"] = summarise(out, args.d, config_tokens, int(cfg["convergence_boundaries"]))
-    # job -> hours for one checkpoint of the first model (Llama-3.1-8B) on this device, and their sum
-    kind = "cpu" if args.device == "cpu" else "gpu"
-    hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
-    out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
-    chains = res.get("spectra_schur_chains", {}).get(args.d)
-    out["critical_path_hours_64_jobs"] = critical_path(out["summary"], chains, models[MODELS[0]]["boundaries"])
+    totals(out, args.d)  # job -> hours for one Llama-3.1-8B checkpoint on this device, and the critical path
     path = Path(args.out)
     path.mkdir(parents=True, exist_ok=True)
     (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
