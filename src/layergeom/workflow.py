@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 
-from .runtime import LayergeomError, check_given_gpus, claim_gpus, resolve_device, set_determinism, setup_logging
+from .runtime import LayergeomError, check_given_gpus, claim_gpus, set_determinism, setup_logging
 
 log = logging.getLogger("layergeom")
 
@@ -60,6 +60,8 @@ def job_device(snakemake) -> str:
     """The torch device a Paper B analysis job computes on: "cpu" when the job got no GPU (a model narrower
     than `gpu_min_width`, `device: cpu`, a local run without a GPU; rules/common.smk analysis_gpus), else its
     settings' `device` resolved (``runtime.resolve_device``: CUDA, or an error when torch sees none). Logged."""
+    from .runtime import resolve_device  # imports torch: only the analysis jobs' (torch) envs call this
+
     return resolve_device(snakemake.params.settings["device"] if job_gpus(snakemake) else "cpu")
 
 
