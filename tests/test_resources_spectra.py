@@ -59,6 +59,22 @@ def checkpoint(d: int, n: int, G: int, seed: int = 0):
     return mats, devs, counts
 
 
+def schur_final_state(full: dict, d: int = 10) -> dict:
+    """The last snapshot state of ``schur_surgery`` on a two-boundary checkpoint of width d with settings `full`."""
+    from layergeom.spectral.schur import schur_surgery
+
+    K = int(full["schur_ci_blocks"])
+    mats, devs, _ = checkpoint(d, 2, max(K, 1))
+    snap = Capture()
+    schur_surgery(
+        mats, alphas=full["alphas"], orders=full["schur_orders"], deviations=devs if K else None,
+        weights=np.full(K, 1 / K) if K else None, ci_controls=full["schur_ci_controls"],
+        snapshots=snap, seed=SEED, sr_k=SPECTRA["sr_k"], tol=tol(d),
+        boundary_metrics=SPECTRA["schur_boundary_metrics"], ci_level=SPECTRA["ci_level"],
+    )  # fmt: skip
+    return snap.states[-1]
+
+
 @pytest.mark.parametrize(
     "settings",
     [
@@ -70,19 +86,10 @@ def checkpoint(d: int, n: int, G: int, seed: int = 0):
 def test_schur_state_model_counts_what_schur_surgery_holds(settings):
     """The products and tangents ``schur_surgery`` carries from boundary to boundary (its snapshot state) are
     exactly the d² terms of ``schur_chains`` in ``spectra_bytes``."""
-    from layergeom.spectral.schur import schur_surgery
-
     full = SPECTRA | settings
-    d, K = 10, int(full["schur_ci_blocks"])
-    mats, devs, _ = checkpoint(d, 2, max(K, 1))
-    snap = Capture()
-    schur_surgery(
-        mats, alphas=full["alphas"], orders=full["schur_orders"], deviations=devs if K else None,
-        weights=np.full(K, 1 / K) if K else None, ci_controls=full["schur_ci_controls"],
-        snapshots=snap, seed=SEED, sr_k=SPECTRA["sr_k"], tol=tol(d),
-        boundary_metrics=SPECTRA["schur_boundary_metrics"], ci_level=SPECTRA["ci_level"],
-    )  # fmt: skip
-    held = array_bytes({k: snap.states[-1][k] for k in ("chains", "orders")})
+    d = 10
+    state = schur_final_state(full, d)
+    held = array_bytes({k: state[k] for k in ("chains", "orders")})
     ch = R.schur_settings_chains(full)
     model = 8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
     model += 16 * ch["orders"]
@@ -102,20 +109,11 @@ def test_each_schur_chain_jobs_state_is_its_share_of_the_single_jobs(settings):
     """A fanned-out chain job carries its own products only: the state ``schur_chain_steps`` counts for each
     chain of ``schur_chains`` is exactly what ``schur_surgery`` holds for it, the chains together hold the
     single job's state, and a chain job asks for less memory than the single job."""
-    from layergeom.spectral.schur import schur_surgery
     from layergeom.spectral.settings import schur_chains
 
     full = SPECTRA | settings
-    d, K = 10, int(full["schur_ci_blocks"])
-    mats, devs, _ = checkpoint(d, 2, max(K, 1))
-    snap = Capture()
-    schur_surgery(
-        mats, alphas=full["alphas"], orders=full["schur_orders"], deviations=devs if K else None,
-        weights=np.full(K, 1 / K) if K else None, ci_controls=full["schur_ci_controls"],
-        snapshots=snap, seed=SEED, sr_k=SPECTRA["sr_k"], tol=tol(d),
-        boundary_metrics=SPECTRA["schur_boundary_metrics"], ci_level=SPECTRA["ci_level"],
-    )  # fmt: skip
-    state = snap.states[-1]
+    d = 10
+    state = schur_final_state(full, d)
     alphas = [a for a in dict.fromkeys(float(a) for a in full["alphas"]) if a < 1]
     total = 0
     for chain in schur_chains(full["alphas"], full["schur_orders"]):
