@@ -129,9 +129,9 @@ def test_each_schur_chain_jobs_state_is_its_share_of_the_single_jobs(settings):
 
 
 def test_schur_prep_and_chain_runtimes_share_the_single_jobs():
-    """At d = 4096 and 64 boundaries: a prep of 8 boundaries asks for an eighth of the single job's runtime (its
-    share is bounded by the whole boundary), and the chain jobs together at most the single job's plus one
-    operator per chain step (they form it again from the prep); every one of them less than the single job."""
+    """At d = 4096 and 64 boundaries: a prep of 8 boundaries asks for at most an eighth of the single job's runtime
+    (its share of a boundary), every chain job for less than the single job, and the chain steps are the single
+    job's products, each once."""
     from layergeom.spectral.settings import schur_chains
 
     d, nb, G = 4096, 64, 16
@@ -146,7 +146,55 @@ def test_schur_prep_and_chain_runtimes_share_the_single_jobs():
     )
     ch = R.schur_settings_chains(SPECTRA)
     assert steps == ch["real"] + ch["complex"] + ch["orders"]  # every product of the single job, once
-    assert sum(chains) <= single * 2 + len(chains)  # at most one more step per chain step (+ rounding up)
+
+
+def _long_jobs():
+    """bench/bench_long_jobs.py's d = 4096 measurements and the settings it ran with (config/papers.yaml's)."""
+    long = json.loads((ROOT / "bench" / "results" / "long_jobs.json").read_text())
+    c = long["config"]
+    spectra = SPECTRA | {k: c[k] for k in ("alphas", "schur_ci_blocks", "schur_ci_controls", "convergence_sizes")}
+    return long, int(long["d"]), spectra
+
+
+def test_runtimes_at_d4096_cover_the_measured_jobs():
+    """A job that asks for less time than it takes is killed at its limit: at d = 4096 every spectral job's runtime
+    (64 boundaries, or a block of 4) is at least bench_long_jobs' measured time for it on this machine
+    (bench/results/long_jobs.json): table, cumulative, the Schur prep and each chain's cost class, every
+    convergence subset size, the single Schur and convergence jobs and the topology graph job."""
+    from layergeom.spectral.settings import schur_chains
+
+    long, d, s = _long_jobs()
+    res, G, nb = long["results"], int(long["config"]["n_groups"]), 64
+    minutes = {"spectra_table": res["spectra_table"][str(d)]["boundary_s"],
+               "spectra_cumulative": res["spectra_cumulative"][str(d)]["boundary_s"],
+               "spectra_schur": res["spectra_schur_chains"][str(d)]["boundary_s"]}  # fmt: skip
+    for stage, sec in minutes.items():
+        assert R.spectra_runtime_min(stage, d, nb, G, s) * 60 >= nb * sec, stage
+    sch = res["spectra_schur_chains"][str(d)]
+    assert R.spectra_runtime_min("spectra_schur_prep", d, 4, G, s) * 60 >= 4 * sch["prep_s"]
+    classes = set()
+    for chain in schur_chains(s["alphas"], s["schur_orders"]):
+        steps = R.schur_chain_steps(s, chain)
+        if chain[0] == "order":
+            cls = "order"
+        elif (chain[2], chain[3]) == (1.0, "none"):
+            cls = "real"
+        else:
+            cls = "tangents" if steps["tangents"] else "plain"
+        classes.add(cls)
+        assert R.schur_chain_runtime_min(d, nb, s, chain) * 60 >= nb * sch["step_s"][cls], chain
+    assert classes == set(sch["step_s"])
+    conv = res["spectra_convergence"][str(d)]
+    n_edge = R.convergence_counts(G, nb, s)[1]
+    total = 0.0
+    for S in conv["sizes"]:
+        plain, edge = conv["plain_s"][str(S)], conv["edge_s"][str(S)]
+        took = (nb - n_edge) * plain + n_edge * edge + conv["final_extra_s"]
+        assert R.convergence_size_seconds(d, S, nb, n_edge) >= took, S
+        total += took
+    assert R.spectra_runtime_min("spectra_convergence", d, nb, G, s) * 60 >= total
+    topo = res["topology_graph"][str(d)]
+    assert R.topology_graph_runtime_min(d, topo["tokens"], nb) * 60 >= nb * topo["boundary_s"]
 
 
 def test_cumulative_state_model_counts_what_cumulative_rows_holds():
@@ -292,3 +340,20 @@ def test_wide_models_analysis_jobs_ask_for_a_gpu_on_a_cluster(tmp_path):
         assert all(gpu[model, r] == {want} for r in stages), (model, {r: gpu[model, r] for r in stages})
     # the model jobs ask for their GPU whatever the width
     assert all(res.get("gpu") == "1" for rule, _, res in jobs if rule.startswith("spectra_jacobians_distilgpt2"))
+
+
+def test_convergence_sizes_are_numpys_geometric_sizes():
+    """settings.convergence_sizes (pure Python: the workflow sizes the jobs with it) equals numpy's
+    round(geomspace(2, G, n)) (linspace where rounding merges two) for every G up to 4096, and caps given sizes."""
+    from layergeom.spectral.settings import convergence_sizes
+
+    def numpy_sizes(G):
+        n = min(4, G - 1)
+        out = sorted({int(round(v)) for v in np.geomspace(2, G, n)}) if n > 0 else []
+        if len(out) < n:
+            out = sorted({int(round(v)) for v in np.linspace(2, G, n)})
+        return out
+
+    assert all(convergence_sizes(G, None) == numpy_sizes(G) for G in range(0, 4097))
+    assert convergence_sizes(16, None) == [2, 4, 8, 16]
+    assert convergence_sizes(8, [1, 4, 32, 4]) == [4, 8]

@@ -19,6 +19,8 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+from .spectral.settings import convergence_sizes
+
 #: bytes per element of each safetensors dtype code and of each models.<m>.dtype
 DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
@@ -110,16 +112,34 @@ GATHER_MINUTES = MIN_MINUTES
 #: seconds per boundary of each stage at its default settings as (c2, c3): c2·d² + c3·d³, fitted over d = 256,
 #: 512, 768 (convergence: per boundary and subset size, and the extra of an edge boundary); a graph's seconds as
 #: (c1, c_t): c1·d + c_t·tokens·d² (Leiden, the streamed correlation); a permutation test's per permutation·unit. Measured by bench/resources_rates.py with one BLAS
-#: thread on the shared 2-core development machine (bench/results/resources_rates.json, "rates"): a node with
-#: more threads and less load is faster, so these are upper bounds.
+#: thread on the shared 2-core development machine (bench/results/resources_rates.json, "rates"), then anchored at
+#: the papers' width: each d³ term raised to reach bench/bench_long_jobs.py's d = 4096 time of one boundary on
+#: this machine's two cores (bench/results/long_jobs.json; ``anchor_rates`` of the bench), where the small-d fit
+#: falls short. ``convergence_groups``: (offset_plain, offset_edge, mean_size): a subset size S's share of a
+#: convergence rate is (S + offset)/(mean_size + offset) (the rates are means over the bench's sizes, the
+#: offsets from an upper envelope of its d = 4096 seconds per size); ``convergence_final``: the final
+#: boundary's erank SVDs per size; ``schur_steps``: seconds per d³ at width d with K tangents of a Schur prep per
+#: boundary and of one chain step per cost class (an order's per α < 1). A node with more threads and less load
+#: is faster, so these are upper bounds.
 RATES = {
     "spectra_table": (9.59e-06, 0.0),
     "spectra_cumulative": (4.22e-06, 1.52e-09),
-    "spectra_schur": (0.000172, 0.0),
-    "convergence_plain": (6.62e-07, 0.0),
-    "convergence_edge": (5.39e-06, 0.0),
-    "topology_graph": (0.00179, 1.02e-11),
+    "spectra_schur": (0.000172, 9.71e-09),
+    "convergence_plain": (6.62e-07, 1.35e-10),
+    "convergence_edge": (5.39e-06, 3.74e-10),
+    "topology_graph": (0.00179, 2.68e-11),
     "coupling_perm_d": 5.62e-08,
+    "convergence_groups": (5.8, 46.1, 7.5),
+    "convergence_final": (0.0, 6.64e-10),
+    "schur_steps": {
+        "K": 4,
+        "d": 4096,
+        "order": 4.08e-10,
+        "plain": 4.61e-10,
+        "prep": 7.46e-09,
+        "real": 6.11e-10,
+        "tangents": 1.66e-09,
+    },  # fmt: skip
 }
 
 
@@ -287,16 +307,52 @@ def schur_chain_mem_mb(d: int | None, n_groups: int, spectra: dict, chain: tuple
 
 
 def schur_chain_runtime_min(d: int | None, n_boundaries: int, spectra: dict, chain: tuple) -> int:
-    """A chain job's runtime: the single job's seconds per boundary (RATES, at its grid) shared evenly among the
-    chain steps of a boundary (so the prep's share is spread over them: an upper bound), × the chain's steps
-    plus one (it forms its operator again from the prep arrays: about one step's products), × the boundaries."""
+    """A chain job's runtime: per boundary the larger of two measured rates, × the boundaries.
+
+    - the single job's seconds per boundary (RATES, at its grid) shared evenly among the chain steps of a
+      boundary (so the prep's share is spread over them), × the chain's steps plus one (it forms its operator
+      again from the prep arrays: about one step's products): the small-d measurement;
+    - its cost class at the papers' width (RATES["schur_steps"], d³-scaled): an order's step per α < 1; J̄ itself
+      (α = 1, own N: real); a complex J(α), with the replicates' tangents (their extra over a plain step
+      grown with K beyond the measured K) or without.
+    """
     if not d:
         return UNKNOWN_MINUTES
     s = spectra
     ch = schur_settings_chains(s)
+    steps = schur_chain_steps(s, chain)
     per_step = boundary_seconds("spectra_schur", d) / (ch["complex"] + ch["real"] + ch["orders"])
-    per_step *= max(1.0, _schur_grid_factor(s))
-    return _minutes(per_step * (schur_chain_steps(s, chain)["steps"] + 1) * n_boundaries)
+    small = per_step * max(1.0, _schur_grid_factor(s)) * (steps["steps"] + 1)
+    rate = RATES["schur_steps"]
+    if chain[0] == "order":
+        big = steps["steps"] * rate["order"]
+    elif (chain[2], chain[3]) == (1.0, "none"):
+        big = rate["real"]
+    elif steps["tangents"]:
+        K = int(s["schur_ci_blocks"] or 0)
+        big = rate["plain"] + (rate["tangents"] - rate["plain"]) * max(1.0, K / rate["K"])
+    else:
+        big = rate["plain"]
+    return _minutes(max(small, big * float(d) ** 3) * n_boundaries)
+
+
+def schur_prep_seconds(d: int, spectra: dict) -> float:
+    """Seconds of one boundary of a Schur prep job: the prep's share of a single job's boundary at the width it was
+    measured (RATES["schur_steps"]), applied to the single job's rate at d, or its d³-scaled time if larger."""
+    rate = RATES["schur_steps"]
+    share = rate["prep"] * float(rate["d"]) ** 3 / boundary_seconds("spectra_schur", rate["d"])
+    single = boundary_seconds("spectra_schur", d) * max(1.0, _schur_grid_factor(spectra))
+    return max(share * single, rate["prep"] * float(d) ** 3)
+
+
+def convergence_size_seconds(d: int, size: int, n_boundaries: int, n_edge: int) -> float:
+    """Seconds of one subset size of the convergence table (S = `size` groups): every boundary's products, the
+    `n_edge` edge boundaries' decompositions and replicates, the final boundary's erank SVDs. The rates are means
+    over the bench's subset sizes; a size's share grows with S (RATES["convergence_groups"])."""
+    op, oe, mean = RATES["convergence_groups"]
+    plain = boundary_seconds("convergence_plain", d) * (size + op) / (mean + op)
+    edge = boundary_seconds("convergence_edge", d) * (size + oe) / (mean + oe)
+    return n_boundaries * plain + n_edge * edge + boundary_seconds("convergence_final", d)
 
 
 def _schur_grid_factor(s: dict) -> float:
@@ -317,11 +373,7 @@ def spectra_mem_mb(stage: str, d: int | None, n_groups: int, spectra: dict, n_bo
 def convergence_counts(n_groups: int, n_boundaries: int, spectra: dict) -> tuple[int, int]:
     """(subset sizes, boundaries whose metrics are recomputed per size) of the convergence job."""
     s = spectra
-    sizes = s["convergence_sizes"]
-    if sizes:
-        n_sizes = len({min(int(v), n_groups) for v in sizes if int(v) >= 2})
-    else:
-        n_sizes = min(4, max(n_groups - 1, 0))
+    n_sizes = len(convergence_sizes(n_groups, s["convergence_sizes"]))
     n_edge = max(1, min(int(s["convergence_boundaries"]), n_boundaries))
     return n_sizes, min(n_boundaries, 2 * n_edge + 1)
 
@@ -334,13 +386,11 @@ def spectra_runtime_min(stage: str, d: int | None, n_boundaries: int, n_groups: 
         return UNKNOWN_MINUTES
     s = spectra
     if stage == "spectra_convergence":
-        n_sizes, n_edge = convergence_counts(n_groups, n_boundaries, s)
-        per_size = n_boundaries * boundary_seconds("convergence_plain", d) + n_edge * boundary_seconds(
-            "convergence_edge", d
-        )
-        return _minutes(n_sizes * per_size)
-    if stage == "spectra_schur_prep":  # a share of the single job's boundary: bounded by all of it
-        stage = "spectra_schur"
+        _, n_edge = convergence_counts(n_groups, n_boundaries, s)
+        sizes = convergence_sizes(n_groups, s["convergence_sizes"])
+        return _minutes(sum(convergence_size_seconds(d, S, n_boundaries, n_edge) for S in sizes))
+    if stage == "spectra_schur_prep":
+        return _minutes(schur_prep_seconds(d, s) * n_boundaries)
     rate = boundary_seconds(stage, d)
     if stage == "spectra_schur":
         rate *= max(1.0, _schur_grid_factor(s))

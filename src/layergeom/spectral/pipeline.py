@@ -55,7 +55,14 @@ from .schur import (
     surgery_table,
     wants_interval,
 )
-from .settings import SCHUR_VARIANTS, JacobianSettings, schur_alphas, schur_chain_name, schur_chains
+from .settings import (
+    SCHUR_VARIANTS,
+    JacobianSettings,
+    convergence_sizes,
+    schur_alphas,
+    schur_chain_name,
+    schur_chains,
+)
 from .spectra import METRICS, eigenvalue_frame, order_columns, rank_tolerance, spectra_row
 
 log = logging.getLogger("layergeom")
@@ -879,18 +886,6 @@ def gather_schur(preps: list, chains: list, boundaries: list[str], out_tsv, *, a
     table = surgery_table(rows, list(SCHUR_VARIANTS))
     write_tsv(table, out_tsv)
     return table
-
-
-def convergence_sizes(n_groups: int, sizes: list[int] | None) -> list[int]:
-    """Nested numbers of leading groups: `sizes` (capped at G), or (None) 4 sizes from 2 to G spaced
-    geometrically (G = 16: 2, 4, 8, 16; fewer only when G < 5 leaves fewer distinct sizes of at least 2 groups)."""
-    if sizes:
-        return sorted({min(int(s), n_groups) for s in sizes if int(s) >= 2})
-    n = min(4, n_groups - 1)
-    out = sorted({int(round(v)) for v in np.geomspace(2, n_groups, n)}) if n > 0 else []
-    if len(out) < n:  # rounding merged two: evenly spaced instead
-        out = sorted({int(round(v)) for v in np.linspace(2, n_groups, n)})
-    return out
 
 
 def write_convergence(

@@ -74,3 +74,25 @@ def schur_chain_name(chain: tuple) -> str:
         _, v, a, c = chain
         return f"{v}_{c}_a{a!r}"
     return f"{chain[1]}_order{int(chain[2])}"
+
+
+# ---- the convergence table's subset sizes (convergence.tsv; known from the config, so the DAG can size its jobs) ---
+def convergence_sizes(n_groups: int, sizes: list[int] | None) -> list[int]:
+    """Nested numbers of leading groups: `sizes` (capped at G), or (None) 4 sizes from 2 to G spaced
+    geometrically (G = 16: 2, 4, 8, 16; fewer only when G < 5 leaves fewer distinct sizes of at least 2 groups).
+
+    Pure Python (the workflow sizes the jobs with it): numpy's ``round(geomspace(2, G, n))``, whose points are
+    2·(G/2)^(i/(n−1)) with both ends exact (tests/test_resources_spectra.py checks they agree)."""
+    if sizes:
+        return sorted({min(int(s), n_groups) for s in sizes if int(s) >= 2})
+    n = min(4, n_groups - 1)
+    if n <= 0:
+        return []
+    points = [2.0] if n == 1 else [2.0 * (n_groups / 2.0) ** (i / (n - 1)) for i in range(n)]
+    if n > 1:
+        points[-1] = float(n_groups)
+    out = sorted({int(round(v)) for v in points})
+    if len(out) < n:  # rounding merged two: evenly spaced instead
+        step = (n_groups - 2) / (n - 1) if n > 1 else 0.0
+        out = sorted({int(round(2 + i * step)) for i in range(n)})
+    return out
