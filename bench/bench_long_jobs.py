@@ -260,30 +260,71 @@ def bench_schur_chains(bounds, counts, cfg, seed: int, device: str = "cpu") -> d
             "chains": counts_by_class, "boundary_s": boundary_s}  # fmt: skip
 
 
-def critical_path(summary: dict, chains: dict | None, n_boundaries: int, concurrent: int = 64) -> dict:
+def critical_path(
+    summary: dict,
+    chains: dict | None,
+    n_boundaries: int,
+    concurrent: int = 64,
+    *,
+    cumulative_variant_s: float | None = None,
+    convergence_sizes_s: dict | None = None,
+) -> dict:
     """Wall hours of one checkpoint's fanned-out analysis with `concurrent` jobs at this machine's speed, from
     the measured per-boundary times. Two waves: first the jobs per block of n boundaries (table parts, Schur
-    preps, graph blocks) beside the cumulative and convergence jobs (one each, through depth), then one job per
-    Schur chain (every boundary, after the preps). n (``spectra.boundaries_per_job``) is the smallest block
-    whose waves each fit in `concurrent` jobs; the longest path is then the slowest of a table part, a graph
-    block, the cumulative job, the convergence job, and a Schur prep followed by the slowest chain."""
+    preps, graph blocks) beside the cumulative jobs (one per variant) and the convergence jobs (one per subset
+    size), both through depth, then one job per Schur chain (every boundary, after the preps) while those run
+    on. n (``spectra.boundaries_per_job``) is the smallest block whose waves each fit in `concurrent` jobs; the
+    longest path is then the slowest of a table part, a graph block, a cumulative variant's job, a convergence
+    size's job, and a Schur prep followed by the slowest chain.
+
+    ``cumulative_variant_s``: seconds per boundary of one variant's job (:func:`cumulative_variant_boundary_s`);
+    ``convergence_sizes_s``: seconds per checkpoint of each size's job (:func:`convergence_size_s`). Without
+    them (an old long_jobs.json) the two stay one job each, at the two-variant and all-sizes times."""
     B = n_boundaries
     n_chains = 0 if chains is None else sum(chains["chains"].values())
+    n_variants = 1 if cumulative_variant_s is None else len(VARIANTS)
+    n_sizes = 1 if convergence_sizes_s is None else len(convergence_sizes_s)
+    through = n_variants + n_sizes  # the jobs through depth: in both waves
     for n in range(1, B + 1):
-        if 3 * -(-B // n) + 2 <= concurrent and n_chains + 2 <= concurrent:
+        if 3 * -(-B // n) + through <= concurrent and n_chains + through <= concurrent:
             break
     per = {job: s["boundary_s"] for job, s in summary.items()}
     paths = {
         "spectra_table_part": n * per.get("spectra_table", 0.0),
         "topology_graph_block": n * per.get("topology_graph", 0.0),
-        "spectra_cumulative": B * per.get("spectra_cumulative", 0.0),
-        "spectra_convergence": B * per.get("spectra_convergence", 0.0),
     }
+    if cumulative_variant_s is None:
+        paths["spectra_cumulative"] = B * per.get("spectra_cumulative", 0.0)
+    else:
+        paths["spectra_cumulative_variant"] = B * cumulative_variant_s
+    if convergence_sizes_s is None:
+        paths["spectra_convergence"] = B * per.get("spectra_convergence", 0.0)
+    else:
+        S = max(convergence_sizes_s, key=convergence_sizes_s.get)
+        paths[f"spectra_convergence_subset (S = {S})"] = convergence_sizes_s[S]
     if chains is not None:
         paths["spectra_schur_prep + chain"] = n * chains["prep_s"] + B * max(chains["step_s"].values())
     hours = {k: v / 3600 for k, v in paths.items()}
-    return {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + 2, "paths_hours": hours,
+    return {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + through, "paths_hours": hours,
             "hours": max(hours.values())}  # fmt: skip
+
+
+def cumulative_variant_boundary_s(res: dict, d: int) -> float | None:
+    """Seconds per boundary of one variant's cumulative job: no per-variant measurement exists, so the measured
+    two-variant step less the replicates' deviations Δ (``spectra_table``'s, the same K at the same d: each
+    variant's job forms them again) is halved (two chains of identical cost: the same products, SVD and
+    tangents, on J̄ or I + J̄), and Δ added back."""
+    cum = res.get("spectra_cumulative", {}).get(d)
+    if cum is None:
+        return None
+    table = res.get("spectra_table", {}).get(d, {})
+    dev = table.get("deviations_s", 0.0) if table.get("K") == cum["K"] else 0.0
+    return dev + (cum["boundary_s"] - dev) / 2
+
+
+def convergence_size_s(conv: dict, n_boundaries: int, n_edge: int) -> dict:
+    """Seconds per checkpoint of each subset size's job: :func:`convergence_checkpoint_s` over that size alone."""
+    return {S: convergence_checkpoint_s({**conv, "sizes": [S]}, n_boundaries, n_edge) for S in conv["sizes"]}
 
 
 def totals(out: dict, d: int) -> None:
@@ -291,8 +332,13 @@ def totals(out: dict, d: int) -> None:
     kind = "cpu" if out.get("device", "cpu") == "cpu" else "gpu"
     hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
     out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
-    chains = out["results"].get("spectra_schur_chains", {}).get(d)
-    out["critical_path_hours_64_jobs"] = critical_path(out["summary"], chains, out["models"][MODELS[0]]["boundaries"])
+    res, B = out["results"], out["models"][MODELS[0]]["boundaries"]
+    chains = res.get("spectra_schur_chains", {}).get(d)
+    conv = res.get("spectra_convergence", {}).get(d)
+    sizes = None if conv is None else convergence_size_s(conv, B, int(out["config"]["convergence_boundaries"]))
+    out["critical_path_hours_64_jobs"] = critical_path(out["summary"], chains, B,
+                                                       cumulative_variant_s=cumulative_variant_boundary_s(res, d),
+                                                       convergence_sizes_s=sizes)  # fmt: skip
 
 
 def convergence_step(
@@ -536,16 +582,18 @@ def snapshot_gb(d: int, c: dict) -> dict:
 
     cumulative: 2 variants × (C float64 + K float32 tangents); Schur, per variant: α = 1 with its own N real
     (float64 C, K float32 tangents), the other α of the own N complex (complex128 C, K complex64 tangents),
-    the random control without intervals (complex128 C only); convergence: 2 variants × (C + min(4, G) tangents).
+    the random control without intervals (complex128 C only); convergence: per subset size (the boundary-outer loop
+    carries them all), 2 variants × (C + min(4, G) tangents).
     """
     K = c["n_groups"] if c["ci_blocks"] is None else min(c["ci_blocks"], c["n_groups"])
     Ks = min(c["schur_ci_blocks"], c["n_groups"])
     na = len(c["alphas"])
+    n_sizes = len(pipeline.convergence_sizes(c["n_groups"], c["convergence_sizes"]))  # every size's chains at once
     schur = (8 + 4 * Ks) + (na - 1) * (16 + 8 * Ks) + sum(a != 0 for a in c["alphas"]) * 16
     if "random" in c["schur_ci_controls"]:
         schur += sum(a != 0 for a in c["alphas"]) * 8 * Ks
     per = {"spectra_cumulative": 2 * (8 + 4 * K), "spectra_schur": 2 * schur,
-           "spectra_convergence": 2 * (8 + 4 * min(4, c["n_groups"]))}  # fmt: skip
+           "spectra_convergence": n_sizes * 2 * (8 + 4 * min(4, c["n_groups"]))}  # fmt: skip
     return {job: b * d * d / 1e9 for job, b in per.items()}
 
 
@@ -602,6 +650,18 @@ def markdown(out: dict) -> str:
               f"{cp['jobs']} jobs per {models[MODELS[0]]['label']} checkpoint), the longest path takes "
               f"**{cp['hours']:.2f} h** at these per-boundary speeds (`critical_path_hours_64_jobs`): "
               + ", ".join(f"{k} {v:.2f} h" for k, v in cp["paths_hours"].items()) + "."]  # fmt: skip
+        if "spectra_cumulative_variant" in cp["paths_hours"]:
+            vs = cumulative_variant_boundary_s(res, d)
+            L += ["", f"The cumulative table runs as a job per variant ({', '.join(VARIANTS)}): no per-variant "
+                  f"time was measured, so a variant's step is taken as half of the measured two-variant step "
+                  f"(two chains of identical cost) less the replicates' deviations, which each variant's job forms "
+                  f"again and which count in full ({res['spectra_table'][d]['deviations_s']:.1f} s, from "
+                  f"`spectra_table` at the same K): {vs:.1f} s per boundary. The convergence table runs as a job "
+                  f"per subset size, each the measured per-size plain and edge steps over the checkpoint's "
+                  f"boundaries plus the final SVDs: "
+                  + ", ".join(f"S = {S} {t / 3600:.2f} h" for S, t in convergence_size_s(
+                      res["spectra_convergence"][d], models[MODELS[0]]["boundaries"],
+                      c["convergence_boundaries"]).items()) + "."]  # fmt: skip
     L += ["", "## Where the time goes", ""]
     if "spectra_table" in res:
         L += [f"`spectra_table` (K = {c['n_groups'] if c['ci_blocks'] is None else c['ci_blocks']} replicates, "

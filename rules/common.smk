@@ -32,7 +32,7 @@ from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
 prepend_pythonpath(_SRC)
 from layergeom.jobsettings import settings as _job_settings
 from layergeom.schedule import log_spaced_steps
-from layergeom.spectral.settings import schur_chain_name, schur_chains
+from layergeom.spectral.settings import SCHUR_VARIANTS, schur_chain_name, schur_chains
 from layergeom.sources import INPUTS as MATERIALIZE_INPUTS, loader_of
 
 try:
@@ -584,6 +584,46 @@ def schur_chain_parts(wildcards):
     ]
 
 
+# the cumulative chains and the convergence sizes fanned out (the fanned models: spectra.boundaries_per_job)
+#: the cumulative.tsv variants, one chain job each (cumulative.VARIANTS, as settings.SCHUR_VARIANTS: torch-free)
+CUMULATIVE_VARIANTS = SCHUR_VARIANTS
+
+
+def cumulative_parts(wildcards):
+    """The variant files a cumulative gather concatenates, in the table's variant order."""
+    m, c = wildcards.model, wildcards.checkpoint
+    return [f"results/{m}/{c}/parts/cumulative/{v}.pkl" for v in CUMULATIVE_VARIANTS]
+
+
+def convergence_subsets(model):
+    """The subset-size indices of a model's convergence jobs: as many as its spectra.n_groups allows (the
+    sizes themselves need the Jacobian job's G: resources.convergence_subsets)."""
+    n = convergence_subset_count(
+        section(model, "spectra")["n_groups"],
+        len(boundaries(model)),
+        section(model, "spectra"),
+    )
+    return list(range(n))
+
+
+def convergence_subset(wildcards):
+    """A subset job's index (its wildcard), checked against the model's subsets."""
+    k, n = int(wildcards.subset), len(convergence_subsets(wildcards.model))
+    if k >= n:
+        raise WorkflowError(
+            f"{wildcards.model}: convergence subset {k} asked for, but its spectra section gives {n}"
+        )
+    return k
+
+
+def convergence_parts(wildcards):
+    """The subset files a convergence gather concatenates, in size order."""
+    m, c = wildcards.model, wildcards.checkpoint
+    return [
+        f"results/{m}/{c}/parts/convergence/{k}.pkl" for k in convergence_subsets(m)
+    ]
+
+
 def spectra_figure_settings(figure, model):
     """A spectra figure's job settings with what it draws: the model's label, checkpoints and boundaries."""
     return {
@@ -661,8 +701,13 @@ from layergeom.resources import (
     GATHER_MB,
     GATHER_MINUTES,
     config_width,
+    convergence_subset_mem_mb,
+    convergence_subset_runtime_min,
+    convergence_subsets as convergence_subset_count,
     coupling_mem_mb,
     coupling_runtime_min,
+    cumulative_variant_mem_mb,
+    cumulative_variant_runtime_min,
     npy_shape,
     schur_chain_mem_mb,
     schur_chain_runtime_min,
@@ -741,6 +786,33 @@ def schur_chain_runtime(wildcards, input, attempt):
     d, _, nb = spectra_sizes(wildcards.model, input)
     spectra = section(wildcards.model, "spectra")
     return schur_chain_runtime_min(d, nb, spectra, schur_chain_of(wildcards)) * attempt
+
+
+def cumulative_variant_memory(wildcards, input, attempt):
+    """mem_mb of a cumulative variant's job for this try (one product and its tangents)."""
+    d, n_groups, _ = spectra_sizes(wildcards.model, input)
+    spectra = section(wildcards.model, "spectra")
+    return cumulative_variant_mem_mb(d, n_groups, spectra) * attempt
+
+
+def cumulative_variant_runtime(wildcards, input, attempt):
+    """runtime (minutes) of a cumulative variant's job for this try: its chain through every boundary."""
+    d, _, nb = spectra_sizes(wildcards.model, input)
+    return cumulative_variant_runtime_min(d, nb) * attempt
+
+
+def convergence_subset_memory(wildcards, input, attempt):
+    """mem_mb of a convergence subset's job for this try (one subset size's chains)."""
+    d, n_groups, nb = spectra_sizes(wildcards.model, input)
+    spectra = section(wildcards.model, "spectra")
+    return convergence_subset_mem_mb(d, n_groups, spectra, nb) * attempt
+
+
+def convergence_subset_runtime(wildcards, input, attempt):
+    """runtime (minutes) of a convergence subset's job for this try: one size through every boundary."""
+    d, n_groups, nb = spectra_sizes(wildcards.model, input)
+    spectra = section(wildcards.model, "spectra")
+    return convergence_subset_runtime_min(d, nb, n_groups, spectra) * attempt
 
 
 def gather_memory(wildcards, attempt):

@@ -124,6 +124,8 @@ rule spectra_table_gather:
         "../scripts/spectra_table_gather.py"
 
 
+# cumulative.tsv: one job per checkpoint, or (spectra.boundaries_per_job, as the table) a job per variant's
+# chain through every boundary and a gather (docs/cluster.md).
 rule spectra_cumulative:
     input:
         unpack(spectra_inputs),
@@ -133,6 +135,8 @@ rule spectra_cumulative:
         "logs/spectra_cumulative/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/spectra_cumulative/{model}/{checkpoint}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models(False)),
     conda:
         torch_env()
     threads: job_threads()
@@ -145,6 +149,57 @@ rule spectra_cumulative:
         settings=lambda wc: job_settings("spectra_cumulative", wc.model),
     script:
         "../scripts/spectra_cumulative.py"
+
+
+# One variant's rows (pickled as computed, kept: small), resumable from its own snapshot.
+rule spectra_cumulative_variant:
+    input:
+        unpack(spectra_inputs),
+    output:
+        "results/{model}/{checkpoint}/parts/cumulative/{variant}.pkl",
+    log:
+        "logs/spectra_cumulative_variant/{model}/{checkpoint}/{variant}.log",
+    benchmark:
+        "benchmarks/spectra_cumulative_variant/{model}/{checkpoint}/{variant}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+        variant="|".join(CUMULATIVE_VARIANTS),
+    conda:
+        torch_env()
+    threads: job_threads()
+    resources:
+        gpu=analysis_gpus(),
+        mem_mb=cumulative_variant_memory,
+        runtime=cumulative_variant_runtime,
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        settings=lambda wc: job_settings("spectra_cumulative_variant", wc.model),
+    script:
+        "../scripts/spectra_cumulative_variant.py"
+
+
+rule spectra_cumulative_gather:
+    input:
+        parts=cumulative_parts,
+    output:
+        table_report("results/{model}/{checkpoint}/cumulative.tsv", "cumulative"),
+    log:
+        "logs/spectra_cumulative_gather/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_cumulative_gather/{model}/{checkpoint}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+    conda:
+        torch_env()
+    resources:
+        mem_mb=gather_memory,
+        runtime=gather_runtime,
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        variants=list(CUMULATIVE_VARIANTS),
+        settings=lambda wc: job_settings("spectra_cumulative_gather", wc.model),
+    script:
+        "../scripts/spectra_cumulative_gather.py"
 
 
 # schur.tsv: one job per checkpoint, or (spectra.boundaries_per_job, as the table) a prep job per block of
@@ -257,7 +312,8 @@ rule spectra_schur_gather:
         "../scripts/spectra_schur_gather.py"
 
 
-# Headline metrics on nested subsets of the samples (the first S of the G sample groups).
+# Headline metrics on nested subsets of the samples (the first S of the G sample groups): one job per
+# checkpoint, or (spectra.boundaries_per_job) a job per subset size and a gather (docs/cluster.md).
 rule spectra_convergence:
     input:
         unpack(spectra_inputs),
@@ -267,6 +323,8 @@ rule spectra_convergence:
         "logs/spectra_convergence/{model}/{checkpoint}.log",
     benchmark:
         "benchmarks/spectra_convergence/{model}/{checkpoint}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models(False)),
     conda:
         torch_env()
     threads: job_threads()
@@ -279,6 +337,58 @@ rule spectra_convergence:
         settings=lambda wc: job_settings("spectra_convergence", wc.model),
     script:
         "../scripts/spectra_convergence.py"
+
+
+# One subset size's rows: the subset-th size of the Jacobian job's G groups (the sizes need G, so the jobs are
+# indexed: as many as spectra.n_groups allows; an index past the actual sizes writes no rows). Kept: small.
+rule spectra_convergence_subset:
+    input:
+        unpack(spectra_inputs),
+    output:
+        "results/{model}/{checkpoint}/parts/convergence/{subset}.pkl",
+    log:
+        "logs/spectra_convergence_subset/{model}/{checkpoint}/{subset}.log",
+    benchmark:
+        "benchmarks/spectra_convergence_subset/{model}/{checkpoint}/{subset}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+        subset=r"\d+",
+    conda:
+        torch_env()
+    threads: job_threads()
+    resources:
+        gpu=analysis_gpus(),
+        mem_mb=convergence_subset_memory,
+        runtime=convergence_subset_runtime,
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        subset=convergence_subset,
+        settings=lambda wc: job_settings("spectra_convergence_subset", wc.model),
+    script:
+        "../scripts/spectra_convergence_subset.py"
+
+
+rule spectra_convergence_gather:
+    input:
+        parts=convergence_parts,
+    output:
+        "results/{model}/{checkpoint}/convergence.tsv",
+    log:
+        "logs/spectra_convergence_gather/{model}/{checkpoint}.log",
+    benchmark:
+        "benchmarks/spectra_convergence_gather/{model}/{checkpoint}.tsv"
+    wildcard_constraints:
+        model=model_pattern(fanned_models()),
+    conda:
+        torch_env()
+    resources:
+        mem_mb=gather_memory,
+        runtime=gather_runtime,
+    params:
+        boundaries=lambda wc: boundaries(wc.model),
+        settings=lambda wc: job_settings("spectra_convergence_gather", wc.model),
+    script:
+        "../scripts/spectra_convergence_gather.py"
 
 
 # Per-kind depth trends of the spectra.tsv metrics: thirds' means and the slope over relative depth.

@@ -150,8 +150,9 @@ def test_rule_memory_and_runtime_grow_with_the_attempt():
     model = next(iter(yaml.safe_load(TEST_CONFIG.read_text())["models"]))
     from layergeom.spectral.settings import schur_chain_name, schur_chains
 
-    chain = schur_chain_name(schur_chains([0.5], 0)[0])  # the fanned-out rules' wildcards: a Schur chain, a block
-    wildcards = SimpleNamespace(model=model, checkpoint="init", block="0", chain=chain)
+    chain = schur_chain_name(schur_chains([0.5], 0)[0])  # the fanned-out rules' wildcards: a Schur chain, a block,
+    # a cumulative variant, a convergence subset
+    wildcards = SimpleNamespace(model=model, checkpoint="init", block="0", chain=chain, variant="full", subset="0")
     job = {"wildcards": wildcards, "input": SimpleNamespace()}
     checked = 0
     for name, r in rules.items():

@@ -34,9 +34,10 @@ DAG_KEYS = {
     "activations.boundaries": "which boundaries each store keeps: the spectra and topology stages refuse a store "
     "without theirs before any job runs",
     "topology.figure_boundary": "which graph figure is a target: a new job, not a changed one",
-    "spectra.boundaries_per_job": "which jobs write the spectra table and schur.tsv (one each, or parts, Schur "
-    "preps and chains, and gathers) and the graphs (one job, or one per block): other jobs, not changed ones "
-    "(tests/test_fanout.py and test_fanout_graphs.py dry-run them)",
+    "spectra.boundaries_per_job": "which jobs write the spectra table, schur.tsv, cumulative.tsv and "
+    "convergence.tsv (one each, or parts, Schur preps and chains, variants, subset sizes, and gathers) and the "
+    "graphs (one job, or one per block): other jobs, not changed ones (tests/test_fanout.py, "
+    "test_fanout_chains.py and test_fanout_graphs.py dry-run them)",
 }
 
 #: a valid other value where the schema alone does not give one (empty lists, nulls, free strings)

@@ -78,6 +78,10 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "spectra_table_gather": (),
     "spectra_cumulative": (*_ANALYSIS_RUN, "spectra.ci_level", "spectra.ci_blocks"),
+    # fanned out (spectra.boundaries_per_job, as the table): a job per variant's chain through every boundary
+    # (the same keys: it reads no block) and a gather (no setting: it concatenates the variants' rows)
+    "spectra_cumulative_variant": (*_ANALYSIS_RUN, "spectra.ci_level", "spectra.ci_blocks"),
+    "spectra_cumulative_gather": (),
     "spectra_schur": (
         *_ANALYSIS_RUN,
         "seed",
@@ -136,6 +140,13 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
         *_ANALYSIS_RUN,
         *_keys("spectra", "convergence_sizes", "convergence_boundaries", "sr_k", "dtype", "rank_tol", "ci_level"),
     ),
+    # fanned out (spectra.boundaries_per_job): a job per subset size (its index: convergence_sizes picks the
+    # sizes, the key says how many there can be) and a gather (no setting: the parts hold their sizes)
+    "spectra_convergence_subset": (
+        *_ANALYSIS_RUN,
+        *_keys("spectra", "convergence_sizes", "convergence_boundaries", "sr_k", "dtype", "rank_tol", "ci_level"),
+    ),
+    "spectra_convergence_gather": (),
     "spectra_trends": ("seed", "spectra.ci_level"),
     "spectra_figure_eigenvalues": ("spectra.eigen_boundaries",),
     "spectra_figure_gradient": (),

@@ -397,6 +397,57 @@ def spectra_runtime_min(stage: str, d: int | None, n_boundaries: int, n_groups: 
     return _minutes(rate * n_boundaries)
 
 
+# ---- the cumulative chains and the convergence sizes fanned out (spectra.boundaries_per_job) ----------------
+def cumulative_variant_bytes(d: int, n_groups: int, spectra: dict) -> float:
+    """Peak bytes of one variant's job (rule ``spectra_cumulative_variant``): ``spectra_bytes("spectra_cumulative")``
+    less the other variant's product and its K tangents (8 + 4·K bytes per d²); the boundary's J̄, Δ and the
+    step's temporaries are the same."""
+    s = spectra
+    K = int(n_groups) if s["ci_blocks"] is None else min(int(s["ci_blocks"]), int(n_groups))
+    return spectra_bytes("spectra_cumulative", d, n_groups, s) - (8 + 4 * K) * float(d) * d
+
+
+def cumulative_variant_mem_mb(d: int | None, n_groups: int, spectra: dict) -> int:
+    if not d:
+        return MIN_MB
+    return _mb(cumulative_variant_bytes(int(d), n_groups, spectra))
+
+
+def cumulative_variant_runtime_min(d: int | None, n_boundaries: int) -> int:
+    """A variant's job: per boundary, the d² term of RATES["spectra_cumulative"] (reading J̄ and forming the
+    replicates' deviations, which every variant's job does again) and half its d³ term (the products and the
+    SVD: two chains of the same cost in the two-variant job), × the boundaries."""
+    if not d:
+        return UNKNOWN_MINUTES
+    c2, c3 = RATES["spectra_cumulative"]
+    d = float(d)
+    return _minutes((c2 * d**2 + c3 * d**3 / 2) * n_boundaries)
+
+
+def _one_size(spectra: dict, n_groups: int) -> dict:
+    """The spectra section with one convergence size: what one subset's job computes (its size at most G)."""
+    return {**spectra, "convergence_sizes": [max(2, int(n_groups))]}
+
+
+def convergence_subset_mem_mb(d: int | None, n_groups: int, spectra: dict, n_boundaries: int) -> int:
+    """A subset size's job (rule ``spectra_convergence_subset``): the convergence model at one size (one size's
+    chains; the group means of S ≤ G groups counted at G: the job's size is known only once it runs)."""
+    return spectra_mem_mb("spectra_convergence", d, n_groups, _one_size(spectra, n_groups), n_boundaries)
+
+
+def convergence_subset_runtime_min(d: int | None, n_boundaries: int, n_groups: int, spectra: dict) -> int:
+    """A subset size's job: the single job's share of one size (every boundary's products, the edge boundaries'
+    decompositions; ``spectra_runtime_min``)."""
+    return spectra_runtime_min("spectra_convergence", d, n_boundaries, n_groups, _one_size(spectra, n_groups))
+
+
+def convergence_subsets(n_groups: int, n_boundaries: int, spectra: dict) -> int:
+    """How many subset jobs a fanned-out convergence table has: the sizes the config's n_groups allows (the
+    Jacobian job's G is at most that, and fewer groups never give more sizes), at least one (it writes the
+    empty table of a single group)."""
+    return max(1, convergence_counts(n_groups, n_boundaries, spectra)[0])
+
+
 def topology_graph_bytes(d: int, n_tokens: int, chunk_tokens: int = 4096, top_k: int = 20) -> float:
     """Peak bytes of one boundary's graph: the boundary's float32 states (memory-mapped, their pages count once
     read), a float64 chunk with its masked copy and centred copy, the cross-products, the correlation and its

@@ -38,7 +38,7 @@ from ..resume import Snapshots, WorkLock, file_id, item_done, job_key, machine_i
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
 from .convergence import convergence_rows
-from .cumulative import VARIANTS, cumulative_rows
+from .cumulative import VARIANTS, cumulative_rows, step_operator
 from .linear import spectra_intervals
 from .schur import (
     BoundaryStep,
@@ -551,11 +551,30 @@ def write_cumulative(
     ``snapshot_s``: save the products every that many seconds, and resume from them (``resume``; on any
     device). ``device``: where the products compute (a torch device string, ``workflow.job_device``).
     """
+    table, _, snap = _cumulative_table(files, out_tsv, list(variants), ci_level=ci_level, ci_blocks=ci_blocks,
+                                       snapshot_s=snapshot_s, what="cumulative", device=device)  # fmt: skip
+    write_tsv(table, out_tsv)
+    snap.clear()
+    return table
+
+
+def _cumulative_table(
+    files: BoundaryFiles,
+    out,
+    variants: list[str],
+    *,
+    ci_level: float,
+    ci_blocks: int | None,
+    snapshot_s: float | None,
+    what: str,
+    device: str,
+) -> tuple[pd.DataFrame, np.ndarray, Snapshots]:
+    """The cumulative.tsv rows of `variants` (``cumulative_rows``, nan interval columns without replicates), the
+    group counts and the snapshots (as `what`, next to `out`): the caller writes, then clears them."""
     counts = files.counts()
     reps = _replicates(counts, ci_blocks, "cumulative.tsv")
-    variants = list(variants)
     settings = {"variants": variants, "ci_level": ci_level, "ci_blocks": ci_blocks}
-    snap = snapshots_for(files, out_tsv, "cumulative", settings, snapshot_s)
+    snap = snapshots_for(files, out, what, settings, snapshot_s)
     skip = snap.done
 
     def steps():
@@ -571,8 +590,82 @@ def write_cumulative(
     if reps is None:
         table.insert(4, "erank_ci_low", np.nan)
         table.insert(5, "erank_ci_high", np.nan)
-    write_tsv(table, out_tsv)
+    return table, counts, snap
+
+
+#: the format of the fanned-out cumulative and convergence part files, checked by their gathers
+CHAIN_PART_FORMAT = 1
+
+
+def _dump_part(part: dict, out_part) -> None:
+    with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
+        pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _load_parts(parts: list, kind: str, job: str) -> list[dict]:
+    """The part files of a fanned-out table (`kind` names it in errors), with one grouping of the samples."""
+    out, first = [], None
+    for path in parts:
+        with open(path, "rb") as fh:
+            part = pickle.load(fh)
+        if not isinstance(part, dict) or part.get("kind") != kind or part.get("format") != CHAIN_PART_FORMAT:
+            raise LayergeomError(f"{path}: not a {kind} part of this version; rerun its {job} job")
+        if first is None:
+            first = (path, part["counts"])
+        elif part["counts"] != first[1]:
+            raise LayergeomError(
+                f"{path}: group_counts {part['counts']} differ from {first[0]}'s {first[1]}; the intervals need one "
+                "grouping of the samples per checkpoint: rerun the Jacobian job"
+            )
+        out.append(part)
+    return out
+
+
+def write_cumulative_variant(
+    files: BoundaryFiles,
+    out_part,
+    *,
+    variant: str,
+    ci_level: float,
+    ci_blocks: int | None,
+    snapshot_s: float | None = None,
+    device: str = "cpu",
+) -> None:
+    """One variant's chain of cumulative.tsv through every boundary (rule ``spectra_cumulative_variant``): the
+    rows :func:`write_cumulative` computes for it (``cumulative_rows`` with ``variants=[variant]``: the chains of
+    the variants never meet, so they are the same numbers), pickled as computed for :func:`gather_cumulative`.
+
+    ``snapshot_s``: save the product every that many seconds, and resume from it (``resume``); the variants of a
+    checkpoint share their work folder (``parts/cumulative/.partial/``), each with its own snapshot.
+    ``device``: where the products compute (it resumes on any).
+    """
+    step_operator(np.zeros((1, 1)), variant)  # an unknown variant: one clear error before any work
+    table, counts, snap = _cumulative_table(files, out_part, [variant], ci_level=ci_level, ci_blocks=ci_blocks,
+                                            snapshot_s=snapshot_s, what=f"cumulative_{variant}",
+                                            device=device)  # fmt: skip
+    _dump_part({"kind": "cumulative", "format": CHAIN_PART_FORMAT, "variant": variant, "boundaries": list(files.names),
+                "counts": [int(c) for c in counts], "table": table}, out_part)  # fmt: skip
     snap.clear()
+
+
+def gather_cumulative(parts: list, boundaries: list[str], out_tsv, variants: Iterable[str] = VARIANTS) -> pd.DataFrame:
+    """cumulative.tsv of a checkpoint from its variants' parts (rule ``spectra_cumulative_gather``), the variants
+    in `variants` order: byte for byte what :func:`write_cumulative` writes in one job (its table is sorted by
+    variant, then depth: the parts' rows one after the other).
+
+    There must be one part per variant, in order, each over `boundaries` in order, all with one grouping of the
+    samples."""
+    loaded = _load_parts(parts, "cumulative", "spectra_cumulative_variant")
+    got = [p["variant"] for p in loaded]
+    if got != list(variants):
+        raise LayergeomError(f"the cumulative parts {[str(p) for p in parts]} hold the variants {got}, not "
+                             f"{list(variants)} in order; rerun the spectra_cumulative_variant jobs")  # fmt: skip
+    for path, p in zip(parts, loaded):
+        if p["boundaries"] != list(boundaries):
+            raise LayergeomError(f"{path}: a chain over {p['boundaries']}, not the checkpoint's {list(boundaries)} "
+                                 "in order; rerun its spectra_cumulative_variant job")  # fmt: skip
+    table = pd.concat([p["table"] for p in loaded], ignore_index=True)
+    write_tsv(table, out_tsv)
     return table
 
 
@@ -919,4 +1012,69 @@ def write_convergence(
                              ci_level=ci_level, snapshots=snap, device=device)  # fmt: skip
     write_tsv(table, out_tsv)
     snap.clear()
+    return table
+
+
+def write_convergence_subset(
+    files: BoundaryFiles,
+    out_part,
+    *,
+    subset: int,
+    sizes: list[int] | None,
+    n_edge: int,
+    sr_k: int,
+    dtype: str,
+    rank_tol: float | None,
+    ci_level: float,
+    snapshot_s: float | None = None,
+    device: str = "cpu",
+) -> None:
+    """The convergence.tsv rows of one subset size (rule ``spectra_convergence_subset``): the `subset`-th of
+    ``convergence_sizes(G, sizes)`` (G the Jacobian job's groups, known once it ran: the workflow fans out over
+    the index, as many as the config's n_groups allows, and an index past the sizes of the actual G has no
+    rows). ``convergence_rows`` over that one size: every size's arithmetic is its own (its first S groups,
+    weights, replicates and chains), so the rows are those :func:`write_convergence` computes for it; pickled for
+    :func:`gather_convergence`.
+
+    ``snapshot_s``: save the state every that many seconds, and resume from it (``resume``); the subsets of a
+    checkpoint share their work folder (``parts/convergence/.partial/``), each with its own snapshot.
+    ``device``: where the product chains compute (it resumes on any).
+    """
+    counts = files.counts()
+    every = convergence_sizes(len(counts), sizes)
+    S = every[subset : subset + 1] if subset >= 0 else []
+    log.info("convergence subset %d: the first %s of %d groups (sizes %s)", subset, S, len(counts), every)
+    d = files[files.names[0]].shape[0]
+    settings = {"sizes": S, "n_edge": n_edge, "sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol,
+                "ci_level": ci_level}  # fmt: skip
+    snap = snapshots_for(files, out_part, f"convergence_{subset}", settings, snapshot_s)
+    table = convergence_rows(files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol),
+                             ci_level=ci_level, snapshots=snap, device=device)  # fmt: skip
+    _dump_part({"kind": "convergence", "format": CHAIN_PART_FORMAT, "subset": int(subset), "sizes": every,
+                "boundaries": list(files.names), "counts": [int(c) for c in counts], "table": table},
+               out_part)  # fmt: skip
+    snap.clear()
+
+
+def gather_convergence(parts: list, boundaries: list[str], out_tsv) -> pd.DataFrame:
+    """convergence.tsv of a checkpoint from its subsets' parts (rule ``spectra_convergence_gather``), in size
+    order: byte for byte what :func:`write_convergence` writes in one job (its rows are size by size).
+
+    The parts must be the subsets 0, 1, … in order, over `boundaries`, with one grouping of the samples, and
+    cover every size of it (more parts than sizes: the extra ones have no rows)."""
+    loaded = _load_parts(parts, "convergence", "spectra_convergence_subset")
+    if not loaded:
+        raise LayergeomError("no convergence parts to gather")
+    every = loaded[0]["sizes"]
+    for k, (path, p) in enumerate(zip(parts, loaded)):
+        if p["subset"] != k or p["sizes"] != every or p["boundaries"] != list(boundaries):
+            raise LayergeomError(f"{path}: subset {p['subset']} of sizes {p['sizes']} over {p['boundaries']}, not "
+                                 f"subset {k} of {every} over the checkpoint's {list(boundaries)}; rerun the "
+                                 "spectra_convergence_subset jobs")  # fmt: skip
+    if len(loaded) < len(every):
+        raise LayergeomError(f"{len(loaded)} convergence parts for the sizes {every}: the config's spectra.n_groups "
+                             "is below the Jacobian job's groups; rerun the Jacobian job")  # fmt: skip
+    frames = [p["table"] for p in loaded if len(p["table"])]
+    table = pd.concat(frames, ignore_index=True) if frames else loaded[0]["table"]
+    write_tsv(table, out_tsv)
     return table
