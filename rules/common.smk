@@ -812,7 +812,8 @@ def convergence_subset_runtime(wildcards, input, attempt):
     """runtime (minutes) of a convergence subset's job for this try: one size through every boundary."""
     d, n_groups, nb = spectra_sizes(wildcards.model, input)
     spectra = section(wildcards.model, "spectra")
-    return convergence_subset_runtime_min(d, nb, n_groups, spectra) * attempt
+    subset = int(wildcards.subset)
+    return convergence_subset_runtime_min(d, nb, n_groups, spectra, subset) * attempt
 
 
 def gather_memory(wildcards, attempt):

@@ -333,8 +333,8 @@ def test_variant_and_subset_resources_count_their_share(tmp_path):
             if j["wildcards"].get("model") == "tiny-gpt2"]  # fmt: skip
     want = {
         "spectra_cumulative_variant": (R.cumulative_variant_mem_mb(d, G, SPECTRA), R.cumulative_variant_runtime_min(d, nb)),
-        "spectra_convergence_subset": (R.convergence_subset_mem_mb(d, G, SPECTRA, nb),
-                                       R.convergence_subset_runtime_min(d, nb, G, SPECTRA)),
+        "spectra_convergence_subset": lambda k: (R.convergence_subset_mem_mb(d, G, SPECTRA, nb),
+                                                 R.convergence_subset_runtime_min(d, nb, G, SPECTRA, k)),
         "spectra_cumulative_gather": (R.GATHER_MB, R.GATHER_MINUTES),
         "spectra_convergence_gather": (R.GATHER_MB, R.GATHER_MINUTES),
     }  # fmt: skip
@@ -348,7 +348,8 @@ def test_variant_and_subset_resources_count_their_share(tmp_path):
     for j in jobs:
         if j["rule"] in want:
             res = (int(j["resources"]["mem_mb"]), int(j["resources"]["runtime"]))
-            assert res == want[j["rule"]], j["rule"]
+            expect = want[j["rule"]]
+            assert res == (expect(int(j["wildcards"]["subset"])) if callable(expect) else expect), j["rule"]
             stage = j["rule"].split("_")[1]
             assert res[0] < single[stage][0] and res[1] < single[stage][1], (j["rule"], res, single[stage])
             seen[j["rule"]] = seen.get(j["rule"], 0) + 1
@@ -358,7 +359,7 @@ def test_variant_and_subset_resources_count_their_share(tmp_path):
 
 def test_variant_and_subset_resources_are_a_share_of_the_single_jobs():
     """Two variants' jobs hold together at least the two-variant job's chains and ask for at least its time (they
-    read J̄ and form Δ each); the subset jobs' times add up to the single job's (one size each)."""
+    read J̄ and form Δ each); the subset jobs' times add up to the single job's (one size each, a larger one longer)."""
     from schema_defaults import SPECTRA
 
     from layergeom import resources as R
@@ -373,7 +374,8 @@ def test_variant_and_subset_resources_are_a_share_of_the_single_jobs():
         assert t_var < t_one <= 2 * t_var + 1
         n_sizes = R.convergence_subsets(G, nb, SPECTRA)
         t_conv = R.spectra_runtime_min("spectra_convergence", d, nb, G, SPECTRA)
-        assert n_sizes == 4 and abs(n_sizes * R.convergence_subset_runtime_min(d, nb, G, SPECTRA) - t_conv) <= n_sizes
+        t_sub = [R.convergence_subset_runtime_min(d, nb, G, SPECTRA, k) for k in range(n_sizes)]
+        assert n_sizes == 4 and abs(sum(t_sub) - t_conv) <= n_sizes and t_sub == sorted(t_sub)  # larger S: longer
         assert R.convergence_subset_mem_mb(d, G, SPECTRA, nb) < R.spectra_mem_mb(
             "spectra_convergence", d, G, SPECTRA, nb
         )

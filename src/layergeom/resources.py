@@ -435,10 +435,19 @@ def convergence_subset_mem_mb(d: int | None, n_groups: int, spectra: dict, n_bou
     return spectra_mem_mb("spectra_convergence", d, n_groups, _one_size(spectra, n_groups), n_boundaries)
 
 
-def convergence_subset_runtime_min(d: int | None, n_boundaries: int, n_groups: int, spectra: dict) -> int:
-    """A subset size's job: the single job's share of one size (every boundary's products, the edge boundaries'
-    decompositions; ``spectra_runtime_min``)."""
-    return spectra_runtime_min("spectra_convergence", d, n_boundaries, n_groups, _one_size(spectra, n_groups))
+def convergence_subset_runtime_min(
+    d: int | None, n_boundaries: int, n_groups: int, spectra: dict, subset: int | None = None
+) -> int:
+    """A subset size's job: its size's share of the single job (every boundary's products, the edge boundaries'
+    decompositions, the final erank SVDs; ``convergence_size_seconds``), the `subset`-th of the sizes of
+    `n_groups` groups (the Jacobian job's, or the config's before it ran: the sizes of fewer groups are no larger);
+    None or an index past them: the largest size."""
+    if not d:
+        return UNKNOWN_MINUTES
+    sizes = convergence_sizes(n_groups, spectra["convergence_sizes"]) or [2]
+    S = sizes[subset] if subset is not None and 0 <= subset < len(sizes) else sizes[-1]
+    n_edge = convergence_counts(n_groups, n_boundaries, spectra)[1]
+    return _minutes(convergence_size_seconds(int(d), S, n_boundaries, n_edge))
 
 
 def convergence_subsets(n_groups: int, n_boundaries: int, spectra: dict) -> int:
