@@ -181,6 +181,26 @@ def test_the_convergence_gather_refuses_missing_or_reordered_subsets(jac, tmp_pa
     assert not out.exists()
 
 
+def test_both_tables_are_the_same_bytes_at_a_width_where_blas_blocks(tmp_path):
+    """d = 96 (BLAS's blocked kernels, not the small-matrix paths of d = 6), 12 groups of unequal sizes: a
+    variant's and a size's arithmetic is the one job's there too (a size reads only its first S groups)."""
+    from layergeom.spectral.cumulative import VARIANTS
+
+    folder = tmp_path / "jac"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    write_boundary_files(folder, {b: rng.standard_normal((96, 96)) / 12 for b in NAMES},
+                         counts=np.arange(3, 15))  # fmt: skip
+    _cum_single(folder, tmp_path / "one")
+    _cum_fanned(folder, tmp_path / "fan")
+    _conv_single(folder, tmp_path / "one")
+    _conv_fanned(folder, tmp_path / "fan", 4)
+    for name in ("cumulative.tsv", "convergence.tsv"):
+        assert _bytes(tmp_path / "fan" / name) == _bytes(tmp_path / "one" / name), name
+    assert _bytes(tmp_path / "one" / "convergence.tsv").count(b"\n") == 1 + 9 * 4
+    assert _bytes(tmp_path / "one" / "cumulative.tsv").count(b"\n") == 1 + len(VARIANTS) * len(NAMES)
+
+
 # ---- a killed variant or subset job resumes from its snapshot -----------------------------------------------
 SETUP = (
     KILL_AT_SNAPSHOT
