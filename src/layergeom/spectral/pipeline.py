@@ -1004,15 +1004,38 @@ def write_convergence(
     log.info("convergence over the first %s of %d groups", S, len(counts))
     if not S:
         log.warning("convergence.tsv: fewer than 2 sample groups, no subsets to compare")
-    d = files[files.names[0]].shape[0]
-    settings = {"sizes": S, "n_edge": n_edge, "sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol,
-                "ci_level": ci_level}  # fmt: skip
-    snap = snapshots_for(files, out_tsv, "convergence", settings, snapshot_s)
-    table = convergence_rows(files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol),
-                             ci_level=ci_level, snapshots=snap, device=device)  # fmt: skip
+    table, snap = _convergence_table(files, out_tsv, counts, S, what="convergence", n_edge=n_edge, sr_k=sr_k,
+                                     dtype=dtype, rank_tol=rank_tol, ci_level=ci_level, snapshot_s=snapshot_s,
+                                     device=device)  # fmt: skip
     write_tsv(table, out_tsv)
     snap.clear()
     return table
+
+
+def _convergence_table(
+    files: BoundaryFiles,
+    out,
+    counts: np.ndarray,
+    S: list[int],
+    *,
+    what: str,
+    n_edge: int,
+    sr_k: int,
+    dtype: str,
+    rank_tol: float | None,
+    ci_level: float,
+    snapshot_s: float | None,
+    device: str,
+) -> tuple[pd.DataFrame, Snapshots]:
+    """The convergence.tsv rows of the subset sizes `S` (``convergence_rows``) and the snapshots (as `what`, next
+    to `out`): the caller writes, then clears them."""
+    d = files[files.names[0]].shape[0]
+    settings = {"sizes": S, "n_edge": n_edge, "sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol,
+                "ci_level": ci_level}  # fmt: skip
+    snap = snapshots_for(files, out, what, settings, snapshot_s)
+    table = convergence_rows(files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol),
+                             ci_level=ci_level, snapshots=snap, device=device)  # fmt: skip
+    return table, snap
 
 
 def write_convergence_subset(
@@ -1044,12 +1067,9 @@ def write_convergence_subset(
     every = convergence_sizes(len(counts), sizes)
     S = every[subset : subset + 1] if subset >= 0 else []
     log.info("convergence subset %d: the first %s of %d groups (sizes %s)", subset, S, len(counts), every)
-    d = files[files.names[0]].shape[0]
-    settings = {"sizes": S, "n_edge": n_edge, "sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol,
-                "ci_level": ci_level}  # fmt: skip
-    snap = snapshots_for(files, out_part, f"convergence_{subset}", settings, snapshot_s)
-    table = convergence_rows(files, counts, S, n_edge=n_edge, sr_k=sr_k, tol=rank_tolerance(d, dtype, rank_tol),
-                             ci_level=ci_level, snapshots=snap, device=device)  # fmt: skip
+    table, snap = _convergence_table(files, out_part, counts, S, what=f"convergence_{subset}", n_edge=n_edge,
+                                     sr_k=sr_k, dtype=dtype, rank_tol=rank_tol, ci_level=ci_level,
+                                     snapshot_s=snapshot_s, device=device)  # fmt: skip
     _dump_part({"kind": "convergence", "format": CHAIN_PART_FORMAT, "subset": int(subset), "sizes": every,
                 "boundaries": list(files.names), "counts": [int(c) for c in counts], "table": table},
                out_part)  # fmt: skip
