@@ -4,12 +4,10 @@ resumes from its snapshot, and the DAG has the parts and the gather only where t
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
 
+import forked
 import numpy as np
 import pytest
 import yaml
@@ -138,8 +136,7 @@ def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
         pipeline.write_spectra_part(_files(jac, blocks[b]), parts[b], snapshot_s=0, **KW)
     script = SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, folder=str(jac), block=blocks[1],
                           part=str(parts[1]))  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     partial = parts[1].parent / resume.PARTIAL
     assert not parts[1].exists() and [p.name for p in partial.glob("*.snapshot.npz")] == ["spectra_part_1.snapshot.npz"]
@@ -471,8 +468,7 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
         pipeline.write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
     script = SCHUR_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac), out=str(out),
                                 n=n, chain=chain)  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     part, partial = chains / f"{chain}.pkl", chains / resume.PARTIAL
     assert not part.exists()
@@ -533,8 +529,7 @@ def test_a_killed_schur_prep_resumes_from_its_snapshot(jac, tmp_path, monkeypatc
     n, out = 4, tmp_path / "fan"
     script = SCHUR_PREP_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac),
                                      out=str(out), n=n, k_block=0)  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     _, preps, arrays, _ = _schur_blocks(out, n)
     partial = preps[0].parent / resume.PARTIAL

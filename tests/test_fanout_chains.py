@@ -9,9 +9,8 @@ import os
 import pickle
 import re
 import signal
-import subprocess
-import sys
 
+import forked
 import numpy as np
 import pytest
 from conftest import ROOT
@@ -215,8 +214,7 @@ from test_fanout_chains import {fn}
 def _kill(fn, folder, out, which, k):
     script = SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, fn=fn, folder=str(folder),
                           out=str(out), which=which)  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
 
 

@@ -9,9 +9,8 @@ import csv
 import importlib.util
 import json
 import statistics
-import subprocess
-import sys
 
+import forked
 import numpy as np
 import pandas as pd
 from conftest import ROOT
@@ -27,8 +26,8 @@ headline = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(headline)
 
 
-def run(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
+def run(*args) -> forked.Result:
+    return forked.run(path=SCRIPT, args=args, timeout=300)  # `python bench/headline.py args`, started forked
 
 
 def rows_of(md: str) -> dict[str, list[str]]:

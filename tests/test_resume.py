@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import forked
 import numpy as np
 import pandas as pd
 import pytest
@@ -246,7 +247,7 @@ def test_a_killed_job_resumes_from_its_last_snapshot(tmp_path, monkeypatch, job)
     out = tmp_path / "run" / f"{job}.tsv"
     script = SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, job=job, folder=str(folder),
                            out=str(out))  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     assert not out.exists() and len(list((out.parent / resume.PARTIAL).glob("*.snapshot.npz"))) == 1
     calls, real = [], resume.Snapshots.save
@@ -324,7 +325,7 @@ pipeline.mark_done = mark
 pipeline.write_graphs({str(tmp_path / "acts")!r}, {names!r}, {cfg!r}, 0,
                         **{{k: [Path(p) for p in v] for k, v in { ({k: list(map(str, v)) for k, v in run.items()})!r}.items()}})
 """
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     work = tmp_path / "graphs" / resume.PARTIAL
     assert len(list(work.glob("*.done.json"))) == k and not any(p.exists() for v in run.values() for p in v)
@@ -377,7 +378,7 @@ def test_killed_activation_dump_resumes(tmp_path):
     k = 2  # killed after 2 snapshots (4 windows), while the third batch is being recorded
     script = ACTIVATIONS_JOB.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, out=str(out),
                                     windows=str(tmp_path / "windows.npy"))  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     work = out.parent / resume.PARTIAL
     assert not out.exists() and json.loads((work / "activations.progress.json").read_text())["windows_done"] == 4
@@ -557,7 +558,7 @@ def test_a_damaged_activation_store_is_not_resumed(tmp_path, caplog, damage):
     out = tmp_path / "run" / "activations"
     script = ACTIVATIONS_JOB.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=2, out=str(out),
                                     windows=str(tmp_path / "windows.npy"))  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     f = out.parent / resume.PARTIAL / "activations" / "L0.mlp.npy"
     data = bytearray(f.read_bytes())

@@ -622,6 +622,13 @@ def test_replicates_and_deviations():
         intervals.replicates([5])
 
 
+def test_t_quantile_is_scipy_stats_t_ppf_to_the_bit():
+    # the intervals' quantile comes from scipy.special (no scipy.stats import in a job): the same floats
+    for level in (0.5, 0.8, 0.9, 0.95, 0.99, 0.999):
+        for df in (*range(1, 70), 127, 511, 4095):
+            assert intervals.t_quantile(level, df) == float(scipy.stats.t.ppf((1 + level) / 2, df)), (level, df)
+
+
 # ---- files: group means, tables, convergence ---------------------------------------------------------
 #: the table writers' settings at their defaults, as scripts/spectra_*.py pass them (sr_k set by the tests)
 SPECTRA_KW = table_kw("dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks")

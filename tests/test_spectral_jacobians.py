@@ -7,10 +7,9 @@ import json
 import logging
 import math
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
+import forked
 import numpy as np
 import pandas as pd
 import pytest
@@ -515,7 +514,7 @@ def test_resume_after_sigkill(tmp_path, llama_store, monkeypatch):
     out = tmp_path / "jac"
     script = KILLED_JOB.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, out=str(out), seed=SEED,
                                store=str(store.path), cfg=CFG)  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
     partial = out / resume.PARTIAL
     kept = {p.name: p.read_bytes() for p in partial.glob("L*") if p.is_file() and not p.name.endswith(".done.json")}
