@@ -30,6 +30,11 @@ Writes bench/results/long_jobs.json and long_jobs.md.
 ``--device cuda`` times the same functions on a GPU (each computes through torch on the device it is given, as a
 job does with ``workflow.job_device``): bench/gpu_check.sh runs it at d = 4096, one boundary per stage, and the
 summary's per-checkpoint hours then project a whole checkpoint's spectral work on that GPU.
+
+``--jobs schur_advance`` (alone) times only the advance-only chain step per cost class at --d (what a chain
+segment's job runs through the depths before its own: spectra.chain_segments) and merges it into the existing
+long_jobs.json, then renders it; ``--render`` recomputes the totals and the critical path with the config's
+spectra.chain_segments (read from the config file at render time).
 """
 
 from __future__ import annotations
@@ -260,6 +265,67 @@ def bench_schur_chains(bounds, counts, cfg, seed: int, device: str = "cpu") -> d
             "chains": counts_by_class, "boundary_s": boundary_s}  # fmt: skip
 
 
+def bench_schur_advance(bound, counts, cfg, seed: int, device: str = "cpu") -> dict:
+    """The advance-only step of a chain of every cost class (``chain_class``) at the bench width: what a chain
+    segment's job runs through the depths before its own (``step_chain(..., advance=True)``: the operator and
+    its tangents formed as for a step, the products, no SVD). One boundary is prepared (``prepare_boundary``)
+    and advanced twice, as a chain job takes it (a BoundaryStep per depth), the second timed (the first copies
+    M: no product). Seconds per class (an order's: all its α < 1), as ``bench_schur_chains``' ``step_s``."""
+    J, groups = bound
+    d = J.shape[0]
+    reps = intervals.replicates(counts, cfg["schur_ci_blocks"]) if cfg["schur_ci_blocks"] else None
+    tol = rank_tolerance(d, cfg["dtype"], cfg["rank_tol"])
+    alphas, orders = schur_alphas(cfg["alphas"]), int(cfg["schur_orders"])
+    ci = cfg["schur_ci_controls"]
+    example = {}
+    for ch in schur_chains(alphas, orders):  # the first chain of each class, update variant
+        example.setdefault(chain_class(ch, ci, reps is not None), ch)
+    D = None if reps is None else intervals.deviations(J, groups, counts, reps)
+    prep, t = timed(prepare_boundary, "L0.mlp", J, D, index=0, seed=seed, tol=tol, sr_k=cfg["sr_k"], alphas=alphas,
+                    boundary_metrics=cfg["schur_boundary_metrics"], orders=orders, ci_controls=ci,
+                    device=device)  # fmt: skip
+    log(f"schur prep d={d} (for the advance steps): {t:.1f} s")
+    advance_s = {}
+    for cls, ch in example.items():
+        chains = {}
+        for _ in range(2):
+            st = BoundaryStep(prep.boundary, prep.tangent, D, prep.Y, orders, ci)
+            _, t = timed(step_chain, ch, chains, st, alphas=alphas, weights=None if reps is None else reps.weights,
+                         ci_level=cfg["ci_level"], device=device, advance=True)  # fmt: skip
+            del st
+        advance_s[cls] = t
+        log(f"schur chain advance d={d} {cls} ({ch}): {t:.1f} s")
+    return {"d": d, "K": 0 if reps is None else reps.K, "advance_s": advance_s,
+            "load_average_at_end": os.getloadavg()}  # fmt: skip
+
+
+def chain_segment_jobs(chains: dict, n_boundaries: int, segments: list[tuple[str, tuple[int, int]]]) -> list[float]:
+    """Seconds of each Schur chain job at the measured speeds: per chain (its class) and segment (start, end) of
+    ``resources.schur_chain_segments`` (one segment (0, B) without spectra.chain_segments), the advance-only
+    step (``advance_s``) × start + the class's full step × (end − start)."""
+    adv = chains.get("advance_s", {})
+    out = []
+    for cls, (start, end) in segments:
+        if start and cls not in adv:
+            raise SystemExit(f"no advance-only timing of the {cls} chains: run --jobs schur_advance first")
+        out.append(start * adv.get(cls, 0.0) + (end - start) * chains["step_s"][cls])
+    return out
+
+
+def chain_wave_s(jobs: list[float], release: float, busy_until: list[float], concurrent: int) -> float:
+    """When the last Schur chain job ends: the jobs (seconds) start once the preps end (`release`), longest first,
+    each on the slot of `concurrent` that frees first; the jobs through depth hold their slots until
+    `busy_until`."""
+    slots = sorted([max(release, t) for t in busy_until] + [release] * (concurrent - len(busy_until)))
+    end = release
+    for job in sorted(jobs, reverse=True):
+        start = slots.pop(0)
+        end = max(end, start + job)
+        slots.append(start + job)
+        slots.sort()
+    return end
+
+
 def critical_path(
     summary: dict,
     chains: dict | None,
@@ -268,25 +334,31 @@ def critical_path(
     *,
     cumulative_variant_s: float | None = None,
     convergence_sizes_s: dict | None = None,
+    chain_segments: list[tuple[str, tuple[int, int]]] | None = None,
 ) -> dict:
     """Wall hours of one checkpoint's fanned-out analysis with `concurrent` jobs at this machine's speed, from
     the measured per-boundary times. Two waves: first the jobs per block of n boundaries (table parts, Schur
     preps, graph blocks) beside the cumulative jobs (one per variant) and the convergence jobs (one per subset
-    size), both through depth, then one job per Schur chain (every boundary, after the preps) while those run
-    on. n (``spectra.boundaries_per_job``) is the smallest block whose waves each fit in `concurrent` jobs; the
+    size), both through depth, then the Schur chain jobs (after the preps) while those run on. n
+    (``spectra.boundaries_per_job``) is the smallest block whose first wave fits in `concurrent` jobs; the
+    chain jobs take the slots as they free, longest first (more chain jobs than free slots: some wait). The
     longest path is then the slowest of a table part, a graph block, a cumulative variant's job, a convergence
-    size's job, and a Schur prep followed by the slowest chain.
+    size's job, and the Schur preps followed by the chain jobs.
 
     ``cumulative_variant_s``: seconds per boundary of one variant's job (:func:`cumulative_variant_boundary_s`);
     ``convergence_sizes_s``: seconds per checkpoint of each size's job (:func:`convergence_size_s`). Without
-    them (an old long_jobs.json) the two stay one job each, at the two-variant and all-sizes times."""
+    them (an old long_jobs.json) the two stay one job each, at the two-variant and all-sizes times.
+    ``chain_segments``: (class, (start, end)) per chain job (spectra.chain_segments: a chain's segments; default
+    one job per chain of ``chains["chains"]`` through every boundary)."""
     B = n_boundaries
-    n_chains = 0 if chains is None else sum(chains["chains"].values())
+    if chains is not None and chain_segments is None:
+        chain_segments = [(c, (0, B)) for c, k in chains["chains"].items() for _ in range(k)]
+    n_chains = 0 if chains is None else len(chain_segments)
     n_variants = 1 if cumulative_variant_s is None else len(VARIANTS)
     n_sizes = 1 if convergence_sizes_s is None else len(convergence_sizes_s)
     through = n_variants + n_sizes  # the jobs through depth: in both waves
     for n in range(1, B + 1):
-        if 3 * -(-B // n) + through <= concurrent and n_chains + through <= concurrent:
+        if 3 * -(-B // n) + through <= concurrent:
             break
     per = {job: s["boundary_s"] for job, s in summary.items()}
     paths = {
@@ -295,18 +367,23 @@ def critical_path(
     }
     if cumulative_variant_s is None:
         paths["spectra_cumulative"] = B * per.get("spectra_cumulative", 0.0)
+        busy = [paths["spectra_cumulative"]]
     else:
         paths["spectra_cumulative_variant"] = B * cumulative_variant_s
+        busy = [paths["spectra_cumulative_variant"]] * n_variants
     if convergence_sizes_s is None:
         paths["spectra_convergence"] = B * per.get("spectra_convergence", 0.0)
+        busy += [paths["spectra_convergence"]]
     else:
         S = max(convergence_sizes_s, key=convergence_sizes_s.get)
         paths[f"spectra_convergence_subset (S = {S})"] = convergence_sizes_s[S]
+        busy += list(convergence_sizes_s.values())
     if chains is not None:
-        paths["spectra_schur_prep + chain"] = n * chains["prep_s"] + B * max(chains["step_s"].values())
+        jobs = chain_segment_jobs(chains, B, chain_segments)
+        paths["spectra_schur_prep + chain"] = chain_wave_s(jobs, n * chains["prep_s"], busy, concurrent)
     hours = {k: v / 3600 for k, v in paths.items()}
-    return {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + through, "paths_hours": hours,
-            "hours": max(hours.values())}  # fmt: skip
+    return {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + through, "chain_jobs": n_chains,
+            "paths_hours": hours, "hours": max(hours.values())}  # fmt: skip
 
 
 def cumulative_variant_boundary_s(res: dict, d: int) -> float | None:
@@ -327,18 +404,50 @@ def convergence_size_s(conv: dict, n_boundaries: int, n_edge: int) -> dict:
     return {S: convergence_checkpoint_s({**conv, "sizes": [S]}, n_boundaries, n_edge) for S in conv["sizes"]}
 
 
+def config_chain_segments(out: dict) -> tuple[int, list[tuple[str, tuple[int, int]]] | None]:
+    """(spectra.chain_segments of the bench's config file for the first model, as read now, and (class, (start,
+    end)) of every chain job it makes: ``resources.schur_chain_segments``, the workflow's bounds) ; (1, None)
+    without the key."""
+    from layergeom import resources as R
+
+    path = Path(out["config"]["file"])
+    config = lgconfig.load(path if path.is_absolute() else ROOT / path)
+    spectra = lgconfig.model_section(config, MODELS[0], "spectra")
+    S = int(spectra.get("chain_segments") or 1)
+    if S <= 1:
+        return 1, None
+    B = out["models"][MODELS[0]]["boundaries"]
+    ci = spectra["schur_ci_controls"]
+    jobs = [(chain_class(ch, ci, bool(spectra["schur_ci_blocks"])), seg)
+            for ch in schur_chains(spectra["alphas"], spectra["schur_orders"])
+            for seg in R.schur_chain_segments(B, spectra, ch)]  # fmt: skip
+    return S, jobs
+
+
 def totals(out: dict, d: int) -> None:
-    """The per-checkpoint CPU (or GPU) hours of the first model and the fanned-out critical path, into `out`."""
+    """The per-checkpoint CPU (or GPU) hours of the first model and the fanned-out critical path, into `out`,
+    with the config's spectra.chain_segments: the chain segments' repeated prefix products count in the hours
+    (``spectra_schur_chain_prefixes``; ``total_one_job_per_chain`` without them)."""
     kind = "cpu" if out.get("device", "cpu") == "cpu" else "gpu"
     hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
-    out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
     res, B = out["results"], out["models"][MODELS[0]]["boundaries"]
     chains = res.get("spectra_schur_chains", {}).get(d)
+    S, segments = config_chain_segments(out)
+    if chains is not None and segments is not None:
+        adv = chains["advance_s"]
+        hours["spectra_schur_chain_prefixes"] = sum(start * adv[cls] for cls, (start, _) in segments) / 3600
+    out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
+    if "spectra_schur_chain_prefixes" in hours:
+        out[f"per_checkpoint_{kind}_hours"]["total_one_job_per_chain"] = (
+            sum(hours.values()) - hours["spectra_schur_chain_prefixes"]
+        )
     conv = res.get("spectra_convergence", {}).get(d)
     sizes = None if conv is None else convergence_size_s(conv, B, int(out["config"]["convergence_boundaries"]))
-    out["critical_path_hours_64_jobs"] = critical_path(out["summary"], chains, B,
-                                                       cumulative_variant_s=cumulative_variant_boundary_s(res, d),
-                                                       convergence_sizes_s=sizes)  # fmt: skip
+    kw = {"cumulative_variant_s": cumulative_variant_boundary_s(res, d), "convergence_sizes_s": sizes}
+    out["critical_path_hours_64_jobs"] = critical_path(out["summary"], chains, B, chain_segments=segments, **kw)
+    out["critical_path_hours_64_jobs"]["chain_segments"] = S
+    if segments is not None:
+        out["critical_path_hours_64_jobs_one_job_per_chain"] = critical_path(out["summary"], chains, B, **kw)
 
 
 def convergence_step(
@@ -436,18 +545,17 @@ def main():
     ap.add_argument("--jobs", nargs="+",
                     default=["rates", "spectra", "cumulative", "schur_chains", "convergence", "topology"],
                     help="schur_chains: the Schur prep and one chain step per cost class at --d (per boundary = prep "
-                         "+ the chains' steps); schur: whole boundaries of the one job at --schur-dims")  # fmt: skip
+                         "+ the chains' steps); schur: whole boundaries of the one job at --schur-dims; "
+                         "schur_advance (alone): the advance-only step per class at --d (a chain segment's prefix), "
+                         "merged into the existing long_jobs.json, which is then rendered")  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--device", default="cpu", help="torch device of the spectral and topology functions (cpu, cuda)")
     ap.add_argument("--render", action="store_true", help="only rewrite long_jobs.md from long_jobs.json")
     args = ap.parse_args()
+    if args.jobs == ["schur_advance"]:  # merged into the existing long_jobs.json, then rendered
+        return merge_schur_advance(args)
     if args.render:
-        path = Path(args.out)
-        out = from_json(json.loads((path / "long_jobs.json").read_text()))
-        totals(out, out["d"])  # recomputed: the rule may have changed since the measurement
-        (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
-        (path / "long_jobs.md").write_text(markdown(out))
-        return
+        return render(args)
 
     config = lgconfig.load(args.config)
     cfg = lgconfig.model_section(config, MODELS[0], "spectra")
@@ -534,6 +642,36 @@ def main():
     print(md)
 
 
+def merge_schur_advance(args) -> None:
+    """``--jobs schur_advance``: time the advance-only chain steps (``bench_schur_advance``) at --d with the
+    config's settings, put them beside the chain steps of long_jobs.json (``spectra_schur_chains``, same d) and
+    render it again (``--render``)."""
+    path = Path(args.out)
+    out = from_json(json.loads((path / "long_jobs.json").read_text()))
+    if args.d not in out["results"].get("spectra_schur_chains", {}):
+        raise SystemExit(f"long_jobs.json has no schur_chains timing at d = {args.d}: run --jobs schur_chains first")
+    config = lgconfig.load(args.config)
+    cfg = lgconfig.model_section(config, MODELS[0], "spectra")
+    counts = group_counts(config["corpus"], cfg)
+    log(f"start (schur_advance at d = {args.d})")
+    adv = bench_schur_advance(boundary(args.d, counts, seed=0), counts, cfg, config["seed"], args.device)
+    out["results"]["spectra_schur_chains"][args.d] |= {"advance_s": adv["advance_s"], "advance_machine": {
+        "load_average_1min_max": LOAD_MAX[0], "load_average_at_end": adv["load_average_at_end"]}}  # fmt: skip
+    (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
+    log(f"schur advance d={args.d}: {adv['advance_s']}")
+    args.render = True
+    render(args)
+
+
+def render(args) -> None:
+    """Rewrite long_jobs.md (and the derived totals of long_jobs.json) from long_jobs.json."""
+    path = Path(args.out)
+    out = from_json(json.loads((path / "long_jobs.json").read_text()))
+    totals(out, out["d"])  # recomputed: the rule may have changed since the measurement
+    (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
+    (path / "long_jobs.md").write_text(markdown(out))
+
+
 def summarise(out: dict, d: int, config_tokens: int, n_edge: int) -> dict:
     """Per job: seconds per boundary at width d (measured, or d³-extrapolated), and minutes per checkpoint per model."""
     res, models = out["results"], out["models"]
@@ -604,10 +742,14 @@ def markdown(out: dict) -> str:
     la0, la1 = mach["load_average_at_start"], mach["load_average_at_end"]
     totals = [
         f"One {models[MODELS[0]]['label']} checkpoint: {v['total']:.1f} {k.split('_')[2].upper()}-hours "
-        f"(`{k}` in long_jobs.json).\n"
+        f"(`{k}` in long_jobs.json)"
+        + (f", of which {v['spectra_schur_chain_prefixes']:.1f} h the Schur chain segments' repeated prefix "
+           f"products ({v['total_one_job_per_chain']:.1f} h with one job per chain)"
+           if "spectra_schur_chain_prefixes" in v else "")
+        + ".\n"
         for k, v in out.items()
         if k.startswith("per_checkpoint_") and k.endswith("_hours")
-    ]
+    ]  # fmt: skip
     L = [
         "# Long per-checkpoint jobs at papers scale (bench/bench_long_jobs.py)",
         "",
@@ -650,6 +792,20 @@ def markdown(out: dict) -> str:
               f"{cp['jobs']} jobs per {models[MODELS[0]]['label']} checkpoint), the longest path takes "
               f"**{cp['hours']:.2f} h** at these per-boundary speeds (`critical_path_hours_64_jobs`): "
               + ", ".join(f"{k} {v:.2f} h" for k, v in cp["paths_hours"].items()) + "."]  # fmt: skip
+        one = out.get("critical_path_hours_64_jobs_one_job_per_chain")
+        if one:
+            S = cp["chain_segments"]
+            L += ["", f"The Schur chains run as `spectra.chain_segments: {S}` jobs each ({cp['chain_jobs']} chain jobs, "
+                  f"`{c['file']}`): a segment's job advances its chain's products through the depths before its own "
+                  f"(no SVD: {', '.join(f'{k} {v:.1f} s' for k, v in res['spectra_schur_chains'][d]['advance_s'].items())} "
+                  f"per depth, measured with `--jobs schur_advance` at a 1-min load of at most "
+                  f"{res['spectra_schur_chains'][d].get('advance_machine', {}).get('load_average_1min_max', float('nan')):.1f}), "
+                  f"then steps through its own; the chain jobs take "
+                  f"the slots as they free, longest first. The repeated prefix products cost "
+                  f"{out['per_checkpoint_cpu_hours']['spectra_schur_chain_prefixes']:.1f} CPU-hours per checkpoint "
+                  f"(in the total above). With one job per chain ({one['chain_jobs']} chain jobs) the "
+                  f"Schur path is {one['paths_hours']['spectra_schur_prep + chain']:.2f} h and the longest path "
+                  f"{one['hours']:.2f} h."]  # fmt: skip
         if "spectra_cumulative_variant" in cp["paths_hours"]:
             vs = cumulative_variant_boundary_s(res, d)
             L += ["", f"The cumulative table runs as a job per variant ({', '.join(VARIANTS)}): no per-variant "

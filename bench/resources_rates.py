@@ -209,7 +209,8 @@ def anchor_rates(rates: dict, long: dict) -> dict:
     rate being the mean over the bench's sizes; from an upper envelope of the d = 4096 seconds per size),
     ``convergence_final`` (the final boundary's erank SVDs per size, as c3) and ``schur_steps`` (seconds per d³
     of a Schur prep per boundary and of one chain step per cost class, at the bench's K tangents and width d; an
-    order's step per α < 1).
+    order's step per α < 1; ``advance_<class>``: a step's products alone, what a chain segment's job runs through
+    the depths before its own, where measured: ``--jobs schur_advance`` of bench_long_jobs.py).
     """
     res, d = long["results"], int(long["d"])
     key = str(d)
@@ -234,6 +235,9 @@ def anchor_rates(rates: dict, long: dict) -> dict:
     out["convergence_final"] = _reach((0.0, 0.0), d, conv["final_extra_s"])
     n_order = sum(1 for a in long["config"]["alphas"] if float(a) < 1)
     steps = dict(sch["step_s"], order=sch["step_s"]["order"] / n_order, prep=sch["prep_s"])
+    if "advance_s" in sch:  # a chain segment's prefix: the products of a step without its SVD, per class
+        adv = dict(sch["advance_s"], order=sch["advance_s"]["order"] / n_order)
+        steps |= {f"advance_{k}": v for k, v in adv.items()}
     out["schur_steps"] = {"K": int(sch["K"]), "d": d} | {k: _ceil3(v / d**3) for k, v in sorted(steps.items())}
     return out
 

@@ -32,7 +32,12 @@ from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
 prepend_pythonpath(_SRC)
 from layergeom.jobsettings import settings as _job_settings
 from layergeom.schedule import log_spaced_steps
-from layergeom.spectral.settings import SCHUR_VARIANTS, schur_chain_name, schur_chains
+from layergeom.spectral.settings import (
+    SCHUR_VARIANTS,
+    schur_chain_name,
+    schur_chain_segment_name,
+    schur_chains,
+)
 from layergeom.sources import INPUTS as MATERIALIZE_INPUTS, loader_of
 
 try:
@@ -544,21 +549,42 @@ def spectra_block_first(wildcards):
 
 
 def schur_settings(model):
-    """The model's spectra section and the Schur chains (tuples of settings.schur_chains) by name."""
+    """The model's spectra section and its Schur chain jobs by name: (chain, segment), the chain a tuple of
+    settings.schur_chains, the segment its depth range [start, end) (spectra.chain_segments above 1:
+    resources.schur_chain_segments, named ``{chain}.s{k}``) or None (one job per chain: ``{chain}``).
+    """
     s = section(model, "spectra")
-    return s, {
-        schur_chain_name(c): c for c in schur_chains(s["alphas"], s["schur_orders"])
-    }
+    S, n = int(s["chain_segments"]), len(boundaries(model))
+    jobs = {}
+    for c in schur_chains(s["alphas"], s["schur_orders"]):
+        name = schur_chain_name(c)
+        if S <= 1:
+            jobs[name] = (c, None)
+            continue
+        for k, seg in enumerate(schur_chain_segments(n, s, c)):
+            jobs[schur_chain_segment_name(name, k, S)] = (c, seg)
+    return s, jobs
+
+
+def schur_chain_job(wildcards):
+    """A chain job's (chain, segment) (its wildcard), checked against the model's alphas, orders and segments."""
+    jobs = schur_settings(wildcards.model)[1]
+    if wildcards.chain not in jobs:
+        raise WorkflowError(
+            f"{wildcards.model}: no Schur chain job '{wildcards.chain}'; its chain jobs are {sorted(jobs)}"
+        )
+    return jobs[wildcards.chain]
 
 
 def schur_chain_of(wildcards):
-    """A chain job's chain (its wildcard), checked against the model's alphas and orders."""
-    chains = schur_settings(wildcards.model)[1]
-    if wildcards.chain not in chains:
-        raise WorkflowError(
-            f"{wildcards.model}: no Schur chain '{wildcards.chain}'; its chains are {sorted(chains)}"
-        )
-    return chains[wildcards.chain]
+    """A chain job's chain (a tuple of settings.schur_chains)."""
+    return schur_chain_job(wildcards)[0]
+
+
+def schur_chain_segment(wildcards):
+    """A chain job's depth range [start, end) as a list, or None (every depth)."""
+    seg = schur_chain_job(wildcards)[1]
+    return None if seg is None else list(seg)
 
 
 def schur_prep_parts(wildcards, ext="pkl"):
@@ -576,7 +602,7 @@ def schur_chain_inputs(wildcards):
 
 
 def schur_chain_parts(wildcards):
-    """The chain files a Schur gather reads."""
+    """The chain files a Schur gather reads (each chain's segments in depth order)."""
     m, c = wildcards.model, wildcards.checkpoint
     return [
         f"results/{m}/{c}/parts/schur/chains/{name}.pkl"
@@ -711,6 +737,7 @@ from layergeom.resources import (
     npy_shape,
     schur_chain_mem_mb,
     schur_chain_runtime_min,
+    schur_chain_segments,
     spectra_mem_mb,
     spectra_runtime_min,
     store_meta,
@@ -782,10 +809,12 @@ def schur_chain_memory(wildcards, input, attempt):
 
 
 def schur_chain_runtime(wildcards, input, attempt):
-    """runtime (minutes) of a Schur chain job for this try: its chain's steps through every boundary."""
+    """runtime (minutes) of a Schur chain job for this try: its chain's steps through every boundary, or (a
+    segment) through its own and the products alone through those before."""
     d, _, nb = spectra_sizes(wildcards.model, input)
     spectra = section(wildcards.model, "spectra")
-    return schur_chain_runtime_min(d, nb, spectra, schur_chain_of(wildcards)) * attempt
+    chain, segment = schur_chain_job(wildcards)
+    return schur_chain_runtime_min(d, nb, spectra, chain, segment) * attempt
 
 
 def cumulative_variant_memory(wildcards, input, attempt):

@@ -203,7 +203,8 @@ rule spectra_cumulative_gather:
 
 
 # schur.tsv: one job per checkpoint, or (spectra.boundaries_per_job, as the table) a prep job per block of
-# boundaries, a job per product chain through every boundary and a gather (docs/cluster.md).
+# boundaries, a job per product chain through every boundary (or per segment of one: spectra.chain_segments)
+# and a gather (docs/cluster.md).
 rule spectra_schur:
     input:
         unpack(spectra_inputs),
@@ -261,6 +262,8 @@ rule spectra_schur_prep:
 
 # One product chain (settings.schur_chains: an operator's J(α) or a random order's, both variants named apart)
 # through every boundary in depth order; its erank per depth (kept: small), resumable from its own snapshot.
+# With spectra.chain_segments S > 1, S jobs per chain ({chain}.s{k}): each advances the products through the
+# depths before its segment (no SVD), then steps through its own depths (resources.schur_chain_segments).
 rule spectra_schur_chain:
     input:
         unpack(schur_chain_inputs),
@@ -272,7 +275,7 @@ rule spectra_schur_chain:
         "benchmarks/spectra_schur_chain/{model}/{checkpoint}/{chain}.tsv"
     wildcard_constraints:
         model=model_pattern(fanned_models()),
-        chain=r"[a-z]+_(?:(?:none|random)_a[0-9.e+-]+|order\d+)",
+        chain=r"[a-z]+_(?:(?:none|random)_a[0-9.e+-]+|order\d+)(?:\.s\d+)?",
     conda:
         torch_env()
     threads: job_threads()
@@ -283,6 +286,7 @@ rule spectra_schur_chain:
     params:
         boundaries=lambda wc: boundaries(wc.model),
         blocks=lambda wc: spectra_blocks(wc.model),
+        segment=schur_chain_segment,
         settings=lambda wc: job_settings("spectra_schur_chain", wc.model),
     script:
         "../scripts/spectra_schur_chain.py"

@@ -20,6 +20,7 @@ with job(sm, seed=seed, threads=sm.threads):
         ci_level=cfg["ci_level"],
         ci_blocks=cfg["schur_ci_blocks"],
         ci_controls=cfg["schur_ci_controls"],
+        segment=sm.params.segment,
         snapshot_s=snapshot_seconds(sm),
         device=job_device(sm),
     )

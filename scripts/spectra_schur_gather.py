@@ -11,4 +11,5 @@ with job(sm):
         sm.output[0],
         alphas=cfg["alphas"],
         orders=cfg["schur_orders"],
+        segments=cfg["chain_segments"],
     )

@@ -292,21 +292,36 @@ def _schur_blocks(out, n):
     return blocks, prep, [p.with_suffix(".npz") for p in prep], parts / "chains"
 
 
-def _schur_chain_job(folder, out, n, name, snapshot_s=None, **kw):
-    """One chain job (as scripts/spectra_schur_chain.py calls it) over the preps of blocks of n boundaries."""
+def _schur_chain_job(folder, out, n, name, snapshot_s=None, segment=None, job=None, **kw):
+    """One chain job (as scripts/spectra_schur_chain.py calls it) over the preps of blocks of n boundaries: the
+    chain `name`, or its `segment` (start, end) written as parts/schur/chains/{job}.pkl."""
     from layergeom.spectral import pipeline
 
     s = SCHUR | kw
     blocks, _, arrays, chains = _schur_blocks(out, n)
     chain_kw = {k: s[k] for k in ("alphas", "seed", "orders", "dtype", "rank_tol", "ci_level", "ci_blocks",
                                   "ci_controls")}  # fmt: skip
-    pipeline.write_schur_chain(_files(folder, NAMES), arrays, blocks, chains / f"{name}.pkl", chain=name,
-                               snapshot_s=snapshot_s, **chain_kw)  # fmt: skip
+    pipeline.write_schur_chain(_files(folder, NAMES), arrays, blocks, chains / f"{job or name}.pkl", chain=name,
+                               segment=segment, snapshot_s=snapshot_s, **chain_kw)  # fmt: skip
 
 
-def _schur_fanned(folder, out, n, skip=(), **kw):
-    """schur.tsv through the prep of blocks of n boundaries, a job per chain (but those in `skip`, done
-    already) and the gather (as the rules do); returns the chain parts by name."""
+#: the prefix fraction the segment tests split their chains with (the rules take each class's from RATES)
+PREFIX_FRACTION = 0.4
+
+
+def _schur_segment_jobs(name, segments):
+    """(job name, segment) of a chain's jobs with spectra.chain_segments = `segments` (None: one job)."""
+    from layergeom.spectral.settings import chain_segment_bounds, schur_chain_segment_name
+
+    if segments <= 1:
+        return [(name, None)]
+    bounds = chain_segment_bounds(len(NAMES), segments, PREFIX_FRACTION)
+    return [(schur_chain_segment_name(name, k, segments), seg) for k, seg in enumerate(bounds)]
+
+
+def _schur_fanned(folder, out, n, skip=(), segments=1, **kw):
+    """schur.tsv through the prep of blocks of n boundaries, a job per chain or (`segments` > 1) per segment of
+    one (but those in `skip`, done already) and the gather (as the rules do); returns the chain parts by job."""
     from layergeom.spectral import pipeline
     from layergeom.spectral.settings import schur_chain_name, schur_chains
 
@@ -317,13 +332,14 @@ def _schur_fanned(folder, out, n, skip=(), **kw):
     for k, block in enumerate(blocks):
         if not arrays[k].exists():
             pipeline.write_schur_prep(_files(folder, block), preps[k], arrays[k], first=k * n, **prep_kw)
-    names = [schur_chain_name(c) for c in schur_chains(s["alphas"], s["orders"])]
-    for name in names:
-        if name not in skip:
-            _schur_chain_job(folder, out, n, name, **kw)
-    chains = {name: folder_chains / f"{name}.pkl" for name in names}
+    chains = {}
+    for name in (schur_chain_name(c) for c in schur_chains(s["alphas"], s["orders"])):
+        for job, segment in _schur_segment_jobs(name, segments):
+            if job not in skip:
+                _schur_chain_job(folder, out, n, name, segment=segment, job=job, **kw)
+            chains[job] = folder_chains / f"{job}.pkl"
     pipeline.gather_schur(preps, list(chains.values()), NAMES, out / "schur.tsv", alphas=s["alphas"],
-                          orders=s["orders"])  # fmt: skip
+                          orders=s["orders"], segments=segments)  # fmt: skip
     return chains
 
 
@@ -360,6 +376,89 @@ def test_the_schur_gather_refuses_a_missing_chain_or_prep(jac, tmp_path):
     with pytest.raises(LayergeomError, match="in order"):
         pipeline.gather_schur(preps[1:], list(chains.values()), NAMES, out, **kw)
     assert not out.exists()
+
+
+# ---- a Schur chain split into depth segments (spectra.chain_segments) ------------------------------------------
+@pytest.mark.parametrize("segments", [2, 3, 9])  # 9 > the 7 boundaries: 7 segments of one depth each
+@pytest.mark.parametrize(
+    "over", [{}, {"ci_controls": ["none"], "alphas": [0.25, 0, 1, 0.75]}], ids=["intervals", "own-intervals"]
+)
+def test_schur_chain_segments_write_the_single_jobs_bytes(jac, tmp_path, segments, over):
+    """Each chain as `segments` jobs over consecutive depths (the products advanced without SVDs through the
+    depths before each), gathered: the single job's schur.tsv byte for byte, with intervals and orders."""
+    import pickle
+
+    _schur_single(jac, tmp_path / "one", **over)
+    chains = _schur_fanned(jac, tmp_path / "fan", 3, segments=segments, **over)
+    assert (tmp_path / "fan" / "schur.tsv").read_bytes() == (tmp_path / "one" / "schur.tsv").read_bytes()
+    S = min(segments, len(NAMES))
+    assert len(chains) == S * len({job.rsplit(".s", 1)[0] for job in chains})
+    name = next(iter(chains)).rsplit(".s", 1)[0]
+    parts = [pickle.loads(chains[f"{name}.s{k}"].read_bytes()) for k in range(S)]
+    assert [(p["start"], p["end"]) for p in parts] == [seg for _, seg in _schur_segment_jobs(name, segments)]
+    assert [len(p["results"]) for p in parts] == [p["end"] - p["start"] for p in parts]
+
+
+def test_the_schur_gather_refuses_a_missing_or_overlapping_segment(jac, tmp_path):
+    import pickle
+
+    from layergeom.spectral import pipeline
+
+    chains = _schur_fanned(jac, tmp_path / "fan", 4, segments=3)
+    preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("*.pkl"))
+    out = tmp_path / "bad" / "schur.tsv"
+    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "segments": 3}
+    jobs = list(chains)
+    name = jobs[0].rsplit(".s", 1)[0]
+    missing = [chains[j] for j in jobs if j != f"{name}.s1"]  # a gap between s0 and s2
+    with pytest.raises(LayergeomError, match="gap") as err:
+        pipeline.gather_schur(preps, missing, NAMES, out, **kw)
+    assert "\n" not in str(err.value)
+    last = [chains[j] for j in jobs if j != f"{name}.s2"]  # the last depths missing
+    with pytest.raises(LayergeomError, match="covering depths"):
+        pipeline.gather_schur(preps, last, NAMES, out, **kw)
+    part = pickle.loads(chains[f"{name}.s1"].read_bytes())  # s1 starting a depth early: an overlap with s0
+    part["start"] -= 1
+    part["results"] = part["results"][:1] + part["results"]
+    wide = tmp_path / "wide.pkl"
+    wide.write_bytes(pickle.dumps(part))
+    with pytest.raises(LayergeomError, match="overlap"):
+        pipeline.gather_schur(preps, [wide if p == chains[f"{name}.s1"] else p for p in chains.values()], NAMES,
+                              out, **kw)  # fmt: skip
+    with pytest.raises(LayergeomError, match="overlap"):  # a segment twice
+        pipeline.gather_schur(preps, [*chains.values(), chains[f"{name}.s0"]], NAMES, out, **kw)
+    with pytest.raises(LayergeomError, match="not 2 covering"):  # the config asks for another split
+        pipeline.gather_schur(preps, list(chains.values()), NAMES, out, **kw | {"segments": 2})
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("f", [0.0, 0.25, 0.4, 0.7, 1.0])
+def test_chain_segment_bounds_cover_the_depths_in_balanced_segments(f):
+    """Every split covers 0..n−1 in order with non-empty segments (at most n), and its largest cost
+    f·start + (end − start) is the least any split into as many segments reaches (brute force), so no
+    segment costs more than the best possible largest cost plus one step; later segments are no longer."""
+    from itertools import combinations
+
+    from layergeom.spectral.settings import chain_segment_bounds
+
+    def cost(seg):
+        return f * seg[0] + seg[1] - seg[0]
+
+    for n in range(1, 13):
+        for S in range(1, n + 3):
+            b = chain_segment_bounds(n, S, f)
+            assert len(b) == min(S, n) and b[0][0] == 0 and b[-1][1] == n
+            assert all(s < e for s, e in b) and all(b[i][1] == b[i + 1][0] for i in range(len(b) - 1))
+            k = len(b)
+            best = min(max(cost(seg) for seg in zip((0, *cuts), (*cuts, n)))
+                       for cuts in combinations(range(1, n), k - 1))  # fmt: skip
+            assert max(cost(seg) for seg in b) <= best + 1e-9, (n, S, f, b)
+            assert max(cost(seg) for seg in b) <= best + 1  # the task's bound, implied by the above
+            if f < 1:
+                assert all(b[i][1] - b[i][0] >= b[i + 1][1] - b[i + 1][0] for i in range(len(b) - 1)), (n, S, b)
+    assert chain_segment_bounds(64, 2, 0.3) == [(0, 38), (38, 64)]  # 38 and 0.3·38 + 26 = 37.4 steps
+    with pytest.raises(ValueError):
+        chain_segment_bounds(4, 2, 1.5)
 
 
 def _schur_jobs(jobs, model):
@@ -443,6 +542,44 @@ def test_schur_prep_and_chain_resources_count_their_share(tmp_path):
     assert seen == {"spectra_schur_prep", "spectra_schur_chain", "spectra_schur_gather"}
 
 
+@pytest.mark.dag
+def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources(tmp_path):
+    """tiny-gpt2 fanned out (spectra.boundaries_per_job 1, d = 4096) with spectra.chain_segments 2: every chain
+    of settings.schur_chains is 2 jobs ({chain}.s0, {chain}.s1: resources.schur_chain_segments of its 4
+    boundaries), each asking for its prefix and own steps (schur_chain_runtime_min with its segment, at most
+    the whole chain's) and the chain's memory; the gather reads every segment, each chain's in order."""
+    from schema_defaults import SPECTRA
+
+    from layergeom import resources as R
+    from layergeom.spectral.settings import schur_chain_name, schur_chains
+
+    d, nb, G = 4096, 4, SPECTRA["n_groups"]
+    spectra = SPECTRA | {"boundaries_per_job": 1, "chain_segments": 2}
+    jobs = _jobs(tmp_path, {"spectra": {"boundaries_per_job": 1, "chain_segments": 2}}, d)
+    gpt2 = [j for j in jobs if j["wildcards"].get("model") == "tiny-gpt2"]
+    plan = schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])
+    want = {}
+    for c in plan:
+        segs = R.schur_chain_segments(nb, spectra, c)
+        assert len(segs) == 2 and segs[0][0] == 0 and segs[0][1] == segs[1][0] and segs[1][1] == nb
+        want |= {f"{schur_chain_name(c)}.s{k}": (c, seg) for k, seg in enumerate(segs)}
+    got = {j["wildcards"]["chain"]: j for j in gpt2 if j["rule"] == "spectra_schur_chain"}
+    assert sorted(got) == sorted(want) and len(got) == 2 * len(plan)
+    out = "results/tiny-gpt2/init"
+    for name, j in got.items():
+        chain, seg = want[name]
+        res = {k: int(j["resources"][k]) for k in ("mem_mb", "runtime")}
+        assert res == {"mem_mb": R.schur_chain_mem_mb(d, G, spectra, chain),
+                       "runtime": R.schur_chain_runtime_min(d, nb, spectra, chain, seg)}  # fmt: skip
+        assert res["runtime"] <= R.schur_chain_runtime_min(d, nb, spectra, chain)  # (both at least MIN_MINUTES)
+        assert j["output"] == [f"{out}/parts/schur/chains/{name}.pkl"]
+    (gather,) = [j for j in gpt2 if j["rule"] == "spectra_schur_gather"]
+    assert gather["input"][nb:] == [f"{out}/parts/schur/chains/{schur_chain_name(c)}.s{k}.pkl"
+                                    for c in plan for k in range(2)]  # fmt: skip
+    for other in ("tiny-neox", "tiny-llama"):  # not fanned out: the key does nothing
+        assert {r for r, _ in _schur_jobs(jobs, other)} == {"spectra_schur"}
+
+
 SCHUR_SETUP = (
     KILL_AT_SNAPSHOT
     + """
@@ -487,17 +624,76 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
     assert not partial.exists()
 
 
+SEGMENT_SETUP = (
+    KILL_AT_SNAPSHOT
+    + """
+from pathlib import Path
+from test_fanout import _schur_chain_job
+_schur_chain_job(Path({folder!r}), Path({out!r}), {n}, {chain!r}, snapshot_s=0, segment={segment!r}, job={job!r})
+"""
+)
+
+
+@pytest.mark.parametrize("kill", [2, 6], ids=["in-prefix", "in-own-steps"])
+def test_a_killed_schur_chain_segment_resumes_from_its_snapshot(jac, tmp_path, monkeypatch, kill):
+    """A segment job over depths [4, 6) (the random control with intervals) killed with SIGKILL before its
+    `kill`-th snapshot (in its prefix: after 1 advance; in its own steps: after 4 advances and a step) resumes
+    after the last saved depth, and the gather of every chain's 3 segments writes the single job's bytes."""
+    from layergeom.spectral import pipeline
+
+    _schur_single(jac, tmp_path / "one")
+    n, out, chain, segments = 3, tmp_path / "fan", "update_random_a0.5", 3
+    blocks, preps, arrays, chains = _schur_blocks(out, n)
+    for k, block in enumerate(blocks):
+        kw = {k: SCHUR[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
+                                    "ci_blocks", "ci_controls")}  # fmt: skip
+        pipeline.write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
+    jobs = _schur_segment_jobs(chain, segments)
+    job, segment = jobs[1]
+    assert segment == (4, 6)  # (0, 4), (4, 6), (6, 7) at PREFIX_FRACTION: a prefix of 4 depths, 2 own
+    script = SEGMENT_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=kill, folder=str(jac),
+                                  out=str(out), n=n, chain=chain, segment=segment, job=job)  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    partial = chains / resume.PARTIAL
+    assert not (chains / f"{job}.pkl").exists()
+    assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{chain}_4_6.snapshot.npz"]
+    calls, real = [], resume.Snapshots.save
+
+    def save(self, done, state, force=False):
+        calls.append(done)
+        return real(self, done, state, force)
+
+    monkeypatch.setattr(resume.Snapshots, "save", save)
+    _schur_chain_job(jac, out, n, chain, snapshot_s=0, segment=segment, job=job)
+    assert calls == list(range(kill, segment[1] + 1))  # the depths saved before the kill were not redone
+    _schur_fanned(jac, out, n, skip=(job,), segments=segments)
+    assert (out / "schur.tsv").read_bytes() == (tmp_path / "one" / "schur.tsv").read_bytes()
+    assert not partial.exists()
+
+
 def test_the_chain_names_are_the_surgerys_variants_and_controls():
     """settings.schur_chains (torch- and numpy-free: the DAG reads it) names the variants and controls the
     surgery composes, and every chain has its own name that the rule's wildcard constraint accepts."""
     from layergeom.spectral import cumulative, schur
-    from layergeom.spectral.settings import SCHUR_CONTROLS, SCHUR_VARIANTS, schur_chain_name, schur_chains
+    from layergeom.spectral.settings import (
+        SCHUR_CONTROLS,
+        SCHUR_VARIANTS,
+        schur_chain_name,
+        schur_chain_segment_name,
+        schur_chains,
+    )
 
     assert SCHUR_VARIANTS == cumulative.VARIANTS and SCHUR_CONTROLS == schur.CONTROLS
     pattern = re.search(r'chain=r"([^"]+)"', (ROOT / "rules" / "spectra.smk").read_text()).group(1)
     for alphas, orders in [([0, 0.25, 0.5, 0.75, 1], 8), ([1.0, 0.5, 0.5], 0), ([0.125, 1e-3], 3)]:
         names = [schur_chain_name(c) for c in schur_chains(alphas, orders)]
         assert len(set(names)) == len(names) and all(re.fullmatch(pattern, n) for n in names), names
+        segs = [schur_chain_segment_name(n, k, 3) for n in names for k in range(3)]
+        assert len(set(segs)) == len(segs) and all(re.fullmatch(pattern, n) for n in segs), segs
+        assert all(schur_chain_segment_name(n, 0, 1) == n for n in names)
+    assert not re.fullmatch(pattern, "update_none_a0.5.s") and not re.fullmatch(pattern, "update_none_a0.5s1")
 
 
 SCHUR_PREP_SETUP = (

@@ -38,6 +38,8 @@ DAG_KEYS = {
     "convergence.tsv (one each, or parts, Schur preps and chains, variants, subset sizes, and gathers) and the "
     "graphs (one job, or one per block): other jobs, not changed ones (tests/test_fanout.py, "
     "test_fanout_chains.py and test_fanout_graphs.py dry-run them)",
+    "spectra.chain_segments": "with spectra.boundaries_per_job, which jobs step the Schur chains (one per chain, "
+    "or one per segment of each): other jobs (tests/test_fanout.py dry-runs them); without it, nothing",
 }
 
 #: a valid other value where the schema alone does not give one (empty lists, nulls, free strings)

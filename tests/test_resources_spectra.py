@@ -159,8 +159,9 @@ def _long_jobs():
 def test_runtimes_at_d4096_cover_the_measured_jobs():
     """A job that asks for less time than it takes is killed at its limit: at d = 4096 every spectral job's runtime
     (64 boundaries, or a block of 4) is at least bench_long_jobs' measured time for it on this machine
-    (bench/results/long_jobs.json): table, cumulative, the Schur prep and each chain's cost class, every
-    convergence subset size, the single Schur and convergence jobs and the topology graph job."""
+    (bench/results/long_jobs.json): table, cumulative, the Schur prep and each chain's cost class (whole, and as
+    spectra.chain_segments 2 or 3 segments: their advance-only prefix and own steps), every convergence subset
+    size, the single Schur and convergence jobs and the topology graph job."""
     from layergeom.spectral.settings import schur_chains
 
     long, d, s = _long_jobs()
@@ -182,8 +183,16 @@ def test_runtimes_at_d4096_cover_the_measured_jobs():
         else:
             cls = "tangents" if steps["tangents"] else "plain"
         classes.add(cls)
+        assert R.schur_chain_class(s, chain) == cls
         assert R.schur_chain_runtime_min(d, nb, s, chain) * 60 >= nb * sch["step_s"][cls], chain
-    assert classes == set(sch["step_s"])
+        for S in (2, 3):  # spectra.chain_segments: each segment's prefix (advance-only steps) and own steps
+            seg_s = s | {"chain_segments": S}
+            segments = R.schur_chain_segments(nb, seg_s, chain)
+            assert len(segments) == S and segments[-1][1] == nb
+            for start, end in segments:
+                took = start * sch["advance_s"][cls] + (end - start) * sch["step_s"][cls]
+                assert R.schur_chain_runtime_min(d, nb, seg_s, chain, (start, end)) * 60 >= took, (chain, start)
+    assert classes == set(sch["step_s"]) == set(sch["advance_s"])
     conv = res["spectra_convergence"][str(d)]
     n_edge = R.convergence_counts(G, nb, s)[1]
     total = 0.0

@@ -101,7 +101,8 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     ),
     # the Schur surgery fanned out (spectra.boundaries_per_job, as the table): a prep job per block (the Schur
     # forms, tangents and b_* metrics), a job per product chain (every boundary; the key says which prep file
-    # holds a boundary) and a gather (it needs the chains' α and orders to lay out the rows)
+    # holds a boundary) or per segment of one (spectra.chain_segments: which depths it steps) and a gather (it
+    # needs the chains' α and orders to lay out the rows, and their segments to check them)
     "spectra_schur_prep": (
         *_ANALYSIS_RUN,
         "seed",
@@ -133,9 +134,10 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
             "schur_ci_blocks",
             "schur_ci_controls",
             "boundaries_per_job",
+            "chain_segments",
         ),
     ),
-    "spectra_schur_gather": _keys("spectra", "alphas", "schur_orders"),
+    "spectra_schur_gather": _keys("spectra", "alphas", "schur_orders", "chain_segments"),
     "spectra_convergence": (
         *_ANALYSIS_RUN,
         *_keys("spectra", "convergence_sizes", "convergence_boundaries", "sr_k", "dtype", "rank_tol", "ci_level"),

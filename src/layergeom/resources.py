@@ -19,7 +19,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from .spectral.settings import convergence_sizes
+from .spectral.settings import chain_segment_bounds, convergence_sizes
 
 #: bytes per element of each safetensors dtype code and of each models.<m>.dtype
 DTYPE_BYTES = {
@@ -119,7 +119,8 @@ GATHER_MINUTES = MIN_MINUTES
 #: convergence rate is (S + offset)/(mean_size + offset) (the rates are means over the bench's sizes, the
 #: offsets from an upper envelope of its d = 4096 seconds per size); ``convergence_final``: the final
 #: boundary's erank SVDs per size; ``schur_steps``: seconds per d³ at width d with K tangents of a Schur prep per
-#: boundary and of one chain step per cost class (an order's per α < 1). A node with more threads and less load
+#: boundary and of one chain step per cost class (an order's per α < 1), and ``advance_<class>`` the same step's
+#: products alone (a chain segment's prefix, spectra.chain_segments). A node with more threads and less load
 #: is faster, so these are upper bounds.
 RATES = {
     "spectra_table": (9.59e-06, 0.0),
@@ -134,6 +135,10 @@ RATES = {
     "schur_steps": {
         "K": 4,
         "d": 4096,
+        "advance_order": 2.42e-10,
+        "advance_plain": 9.82e-11,
+        "advance_real": 1.2e-10,
+        "advance_tangents": 4.59e-10,
         "order": 4.08e-10,
         "plain": 4.61e-10,
         "prep": 7.46e-09,
@@ -306,8 +311,42 @@ def schur_chain_mem_mb(d: int | None, n_groups: int, spectra: dict, chain: tuple
     return _mb(schur_chain_bytes(int(d), n_groups, spectra, chain))
 
 
-def schur_chain_runtime_min(d: int | None, n_boundaries: int, spectra: dict, chain: tuple) -> int:
-    """A chain job's runtime: per boundary the larger of two measured rates, × the boundaries.
+def schur_chain_class(spectra: dict, chain: tuple) -> str:
+    """The cost class of a Schur chain (RATES["schur_steps"]): ``order`` (a random order's products at every
+    α < 1), ``real`` (J̄ itself: α = 1, own N), ``tangents`` (a complex J(α) with its replicates' tangents) or
+    ``plain`` (a complex J(α) without)."""
+    if chain[0] == "order":
+        return "order"
+    if (chain[2], chain[3]) == (1.0, "none"):
+        return "real"
+    return "tangents" if schur_chain_steps(spectra, chain)["tangents"] else "plain"
+
+
+def schur_prefix_fraction(spectra: dict, chain: tuple) -> float:
+    """The seconds of an advance-only step of the chain's class (a segment's prefix: the products, no SVD) over a
+    full step's, at the papers' width (RATES["schur_steps"]: ``advance_<class>`` over ``<class>``), in [0, 1]; 1
+    where no advance was measured (a prefix step then counts as a full one)."""
+    rate = RATES["schur_steps"]
+    cls = schur_chain_class(spectra, chain)
+    adv = rate.get(f"advance_{cls}")
+    return 1.0 if adv is None else min(1.0, max(0.0, round(adv / rate[cls], 3)))
+
+
+def schur_chain_segments(n_boundaries: int, spectra: dict, chain: tuple) -> list[tuple[int, int]]:
+    """The depth ranges of a chain's segment jobs (spectra.chain_segments; ``settings.chain_segment_bounds`` with
+    the chain class's ``schur_prefix_fraction``): [(0, n)] with one segment."""
+    S = int(spectra.get("chain_segments") or 1)
+    if S <= 1:
+        return [(0, int(n_boundaries))]
+    return chain_segment_bounds(int(n_boundaries), S, schur_prefix_fraction(spectra, chain))
+
+
+def schur_chain_runtime_min(
+    d: int | None, n_boundaries: int, spectra: dict, chain: tuple, segment: tuple[int, int] | None = None
+) -> int:
+    """A chain job's runtime: per boundary the larger of two measured rates, × the boundaries; a segment's job
+    (`segment` (start, end) of ``schur_chain_segments``) takes its own end − start boundaries at that rate and
+    the start boundaries of its prefix at that rate × ``schur_prefix_fraction`` (the products alone).
 
     - the single job's seconds per boundary (RATES, at its grid) shared evenly among the chain steps of a
       boundary (so the prep's share is spread over them), × the chain's steps plus one (it forms its operator
@@ -333,7 +372,9 @@ def schur_chain_runtime_min(d: int | None, n_boundaries: int, spectra: dict, cha
         big = rate["plain"] + (rate["tangents"] - rate["plain"]) * max(1.0, K / rate["K"])
     else:
         big = rate["plain"]
-    return _minutes(max(small, big * float(d) ** 3) * n_boundaries)
+    per = max(small, big * float(d) ** 3)
+    start, end = (0, int(n_boundaries)) if segment is None else (int(segment[0]), int(segment[1]))
+    return _minutes(per * (end - start) + per * schur_prefix_fraction(s, chain) * start)
 
 
 def schur_prep_seconds(d: int, spectra: dict) -> float:

@@ -8,8 +8,8 @@
   (``spectra_table_gather``);
 - :func:`write_cumulative` (``spectra_cumulative``): ``cumulative.tsv``;
 - :func:`write_schur` (``spectra_schur``): ``schur.tsv``; fanned out, :func:`write_schur_prep`
-  (``spectra_schur_prep``) per block, :func:`write_schur_chain` (``spectra_schur_chain``) per product chain and
-  :func:`gather_schur` (``spectra_schur_gather``);
+  (``spectra_schur_prep``) per block, :func:`write_schur_chain` (``spectra_schur_chain``) per product chain (or
+  per depth segment of one: spectra.chain_segments) and :func:`gather_schur` (``spectra_schur_gather``);
 - :func:`write_convergence` (``spectra_convergence``): ``convergence.tsv``.
 
 The tables read the boundaries one at a time in depth order (J̄_b, its group means memory-mapped), so a
@@ -871,6 +871,7 @@ def write_schur_chain(
     ci_level: float,
     ci_blocks: int,
     ci_controls: Iterable[str],
+    segment: tuple[int, int] | None = None,
     snapshot_s: float | None = None,
     device: str = "cpu",
 ) -> None:
@@ -880,9 +881,14 @@ def write_schur_chain(
     `blocks`), J̄ and the replicates' deviations from `files` (every boundary). Writes its results per depth
     (pickle) for ``gather_schur``.
 
+    ``segment`` (start, end): only the depths start..end−1 (spectra.chain_segments; ``settings.
+    chain_segment_bounds``): the products are advanced through the depths before `start` without their SVDs
+    (``step_chain(..., advance=True)``: the same products in the same order), then stepped; the part holds
+    the results of its own depths and its bounds. None: every depth.
+
     ``snapshot_s``: save the products every that many seconds, and resume from them (``resume``); the chains of
-    a checkpoint share their work folder (``parts/schur/chains/.partial/``), each with its own snapshot.
-    ``device``: where the product chain computes (it resumes on any).
+    a checkpoint share their work folder (``parts/schur/chains/.partial/``), each (segment) with its own
+    snapshot, which covers its prefix as well. ``device``: where the product chain computes (it resumes on any).
     """
 
     alphas = schur_alphas(alphas)
@@ -892,12 +898,19 @@ def write_schur_chain(
     spec = plan[chain]
     if [n for block in blocks for n in block] != list(files.names):
         raise LayergeomError(f"the Schur prep blocks {blocks} do not hold the boundaries {files.names} in order")
+    n = len(files.names)
+    first, end = (0, n) if segment is None else (int(segment[0]), int(segment[1]))
+    if not 0 <= first < end <= n:
+        raise LayergeomError(f"Schur chain '{chain}': segment [{first}, {end}) is not a depth range of {n} boundaries")
     _, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
     weights = None if reps is None else reps.weights
     prep = _PrepArrays(prep_arrays, blocks)
-    settings = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls,
-                               {"chain": chain, "alphas": alphas, "seed": seed, "orders": orders})  # fmt: skip
-    snap = Snapshots.for_job(out_part, f"schur_chain_{chain}", [*files.paths(), *prep_arrays], settings, snapshot_s)
+    kw = {"chain": chain, "alphas": alphas, "seed": seed, "orders": orders}
+    what = f"schur_chain_{chain}"
+    if segment is not None:
+        kw["segment"], what = [first, end], f"{what}_{first}_{end}"
+    settings = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls, kw)
+    snap = Snapshots.for_job(out_part, what, [*files.paths(), *prep_arrays], settings, snapshot_s)
     last = snap.load()
     start, results, chains = 0, [], {}
     if last is not None:
@@ -906,7 +919,7 @@ def write_schur_chain(
     needs_D = reps is not None and spec[0] == "run" and wants_interval(spec[2], spec[3], ci_controls)
     tangent = ["dJ0", "W", "dnorm_rel"] if needs_D and spec[2:] != (1.0, "none") else []
     keys = ["Q", "lam", "N", "n_nonzero", *(["Y"] if spec[0] == "order" else []), *tangent]
-    for bi in progress(range(start, len(files.names)), total=len(files.names), initial=start, desc=f"schur {chain}",
+    for bi in progress(range(start, end), total=end, initial=start, desc=f"schur {chain}",
                        unit="boundary"):  # fmt: skip
         name = files.names[bi]
         J = files[name]
@@ -918,23 +931,32 @@ def write_schur_chain(
         )
         D = files.deviations(name, J, counts, reps) if needs_D else None
         st = BoundaryStep(b, tan, D, a.get("Y"), orders, ci_controls)
-        results.append(step_chain(spec, chains, st, alphas=alphas, weights=weights, ci_level=ci_level,
-                                  device=device))  # fmt: skip
+        if bi < first:  # the prefix: the products only
+            step_chain(spec, chains, st, alphas=alphas, weights=weights, ci_level=ci_level, device=device,
+                       advance=True)  # fmt: skip
+        else:
+            results.append(step_chain(spec, chains, st, alphas=alphas, weights=weights, ci_level=ci_level,
+                                      device=device))  # fmt: skip
         del st, b, form, a, tan, D
         snap.save(bi + 1, lambda: {"results": results, "chains": _chain_states(chains)})
     part = {"format": SCHUR_PART_FORMAT, "chain": list(spec), "boundaries": list(files.names),
             "counts": [int(c) for c in counts], "results": results}  # fmt: skip
+    if segment is not None:
+        part |= {"start": first, "end": end}
     with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
         pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
     snap.clear()
 
 
-def gather_schur(preps: list, chains: list, boundaries: list[str], out_tsv, *, alphas, orders: int) -> pd.DataFrame:
+def gather_schur(
+    preps: list, chains: list, boundaries: list[str], out_tsv, *, alphas, orders: int, segments: int = 1
+) -> pd.DataFrame:
     """schur.tsv of a checkpoint from its prep records and its chains' results (rule ``spectra_schur_gather``):
     byte for byte what :func:`write_schur` writes in one job (``schur.surgery_rows``, ``surgery_table``).
 
-    The preps must cover `boundaries` in order, each once; every chain of ``schur_chains`` must be there once,
-    over the same boundaries; all with one grouping of the samples."""
+    The preps must cover `boundaries` in order, each once; every chain of ``schur_chains`` must be there, over
+    the same boundaries, as min(`segments`, boundaries) parts (spectra.chain_segments) whose depth ranges
+    cover every depth once, in order (their results concatenated); all with one grouping of the samples."""
 
     def load(path, what):
         with open(path, "rb") as fh:
@@ -963,15 +985,32 @@ def gather_schur(preps: list, chains: list, boundaries: list[str], out_tsv, *, a
                              f"checkpoint's {list(boundaries)} in order; rerun the spectra_schur_prep jobs")  # fmt: skip
     alphas = schur_alphas(alphas)
     plan = schur_chains(alphas, orders)
-    results = {}
+    n, pieces = len(names), {}
     for path in chains:
         part = load(path, "chain")
         same_counts(path, part)
         spec = tuple(part["chain"])
-        if part["boundaries"] != names or spec in results:
-            raise LayergeomError(f"{path}: chain {spec} over boundaries {part['boundaries']} (twice, or not the "
-                                 f"checkpoint's {names}); rerun the spectra_schur_chain jobs")  # fmt: skip
-        results[spec] = part["results"]
+        start, end = int(part.get("start", 0)), int(part.get("end", n))
+        if part["boundaries"] != names or len(part["results"]) != end - start:
+            raise LayergeomError(f"{path}: chain {spec} over boundaries {part['boundaries']} with "
+                                 f"{len(part['results'])} results for depths [{start}, {end}) (not the checkpoint's "
+                                 f"{names}); rerun the spectra_schur_chain jobs")  # fmt: skip
+        pieces.setdefault(spec, []).append((start, end, path, part["results"]))
+    results, want = {}, min(max(1, int(segments)), n)
+    for spec, got in pieces.items():
+        got.sort(key=lambda p: (p[0], p[1]))
+        at = 0
+        for start, end, path, _ in got:
+            if start != at:
+                raise LayergeomError(f"{path}: chain {spec} segment [{start}, {end}) does not start at depth {at} "
+                                     f"({'a gap' if start > at else 'an overlap'}); its segments "
+                                     f"{[(p[0], p[1]) for p in got]} must cover depths 0..{n - 1} once, in order: "
+                                     "rerun the spectra_schur_chain jobs")  # fmt: skip
+            at = end
+        if at != n or len(got) != want:
+            raise LayergeomError(f"the Schur chain {spec} has segments {[(p[0], p[1]) for p in got]}, not {want} "
+                                 f"covering depths 0..{n - 1}; rerun the spectra_schur_chain jobs")  # fmt: skip
+        results[spec] = [r for *_, res in got for r in res]
     if set(results) != set(plan):
         raise LayergeomError(f"the Schur chain parts hold {sorted(map(str, results))}, not the chains "
                              f"{sorted(map(str, plan))}; rerun the spectra_schur_chain jobs")  # fmt: skip

@@ -46,8 +46,9 @@ arbitrarily; its tangent carries them along (W_ii = 0).
 order sampler's eigenvectors, the tangents, the b_* metrics), per boundary and chain ``step_chain`` (the chains
 of ``settings.schur_chains``), at the end ``surgery_rows`` and ``surgery_table``: ``schur_surgery`` runs them in
 one loop; a checkpoint fanned out over jobs (spectra.boundaries_per_job; layergeom.spectral.pipeline) runs the
-first in its prep jobs, the second in a job per chain on the operators rebuilt from the preps' arrays, the
-last in its gather, and writes the same bytes.
+first in its prep jobs, the second in a job per chain on the operators rebuilt from the preps' arrays (or per
+depth segment of one, spectra.chain_segments: the products advanced without their SVDs through the depths
+before it, ``step_chain(..., advance=True)``), the last in its gather, and writes the same bytes.
 """
 
 from __future__ import annotations
@@ -530,12 +531,24 @@ class BoundaryStep:
 
 
 def step_chain(
-    chain: tuple, chains: dict, st: BoundaryStep, *, alphas: list[float], weights, ci_level: float, device: str = "cpu"
+    chain: tuple,
+    chains: dict,
+    st: BoundaryStep,
+    *,
+    alphas: list[float],
+    weights,
+    ci_level: float,
+    device: str = "cpu",
+    advance: bool = False,
 ):
     """One boundary's step of one chain of ``schur_chains`` (the single job and the chain jobs run it), its
     ProductChain(s) in `chains` (created at the first step). A run ("run", v, α, control): (erank, log‖C‖_F,
     erank_ci_low, erank_ci_high), the interval nan without tangents; an order ("order", v, k): the erank at
-    each α < 1 of `alphas`, in order. New ProductChains compute on `device`."""
+    each α < 1 of `alphas`, in order. New ProductChains compute on `device`.
+
+    ``advance``: the products only (``ProductChain.advance``: the same operators, the same products in the same
+    order as a step, no SVD; returns None): a chain segment's job runs it through the depths before its own
+    (the SVD at one depth feeds no later one), so its products are bit for bit those of the whole chain."""
     d = st.b.J.shape[0]
     if chain[0] == "run":
         _, v, alpha, control = chain
@@ -543,6 +556,9 @@ def step_chain(
         key = (v, alpha, control)
         if chains.get(key) is None:
             chains[key] = ProductChain(tangent_floor(d), device)
+        if advance:
+            chains[key].advance(step_operator(M, v), dM)
+            return None
         erank, log_norm, reps = chains[key].step(step_operator(M, v), dM)
         lo, hi = (np.nan, np.nan)
         if dM is not None:
@@ -556,8 +572,11 @@ def step_chain(
         key = (v, a, k)
         if chains.get(key) is None:
             chains[key] = ProductChain(tangent_floor(d), device)
-        out.append(chains[key].step(step_operator(M, v))[0])  # singular values only
-    return out
+        if advance:
+            chains[key].advance(step_operator(M, v))
+        else:
+            out.append(chains[key].step(step_operator(M, v))[0])  # singular values only
+    return None if advance else out
 
 
 def surgery_rows(records: list[dict], results: dict, *, alphas: list[float], variants: list[str], orders: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from functools import cache
 
 from ..config import schema_defaults
 
@@ -74,6 +75,64 @@ def schur_chain_name(chain: tuple) -> str:
         _, v, a, c = chain
         return f"{v}_{c}_a{a!r}"
     return f"{chain[1]}_order{int(chain[2])}"
+
+
+def schur_chain_segment_name(name: str, segment: int, segments: int) -> str:
+    """A chain segment's name (file names, the rule's wildcard): the chain's own with one segment
+    (``update_none_a0.5``), else with the segment's index from 0 (``update_none_a0.5.s1``)."""
+    return name if segments <= 1 else f"{name}.s{int(segment)}"
+
+
+def chain_segment_bounds(n_boundaries: int, segments: int, prefix_fraction: float) -> list[tuple[int, int]]:
+    """The depth ranges [start, end) of a Schur chain split over `segments` jobs (spectra.chain_segments), in
+    order, covering 0..n−1, each non-empty (at most `n_boundaries` of them).
+
+    A segment's job advances its chain's products through the depths before its own (no SVD: `prefix_fraction`
+    of a full step, in [0, 1]) and steps through its own, so its cost is prefix_fraction·start + (end − start):
+    the bounds minimise the largest cost over integer bounds, then (among those) maximise the smallest, so the
+    later segments (a longer prefix) are shorter. Deterministic: the chain jobs and the gather agree. Pure
+    Python (the workflow sizes the jobs with it)."""
+    return list(_segment_bounds(int(n_boundaries), int(segments), float(prefix_fraction)))
+
+
+@cache
+def _segment_bounds(n: int, S: int, f: float) -> tuple[tuple[int, int], ...]:
+    if n < 1 or S < 1:
+        raise ValueError(f"a chain of {n} boundaries cannot be split into {S} segments")
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"the prefix fraction of a chain step must be in [0, 1], not {f}")
+    S = min(S, n)
+    eps = 1e-9
+
+    def cost(s, e):
+        return f * s + (e - s)
+
+    inf = float("inf")
+    # worst[k][e]: the least possible largest cost of k segments covering [0, e)
+    worst = [[inf] * (n + 1) for _ in range(S + 1)]
+    worst[0][0] = 0.0
+    for k in range(1, S + 1):
+        for e in range(k, n + 1):
+            worst[k][e] = min(max(worst[k - 1][s], cost(s, e)) for s in range(k - 1, e))
+    top = worst[S][n] + eps
+    # least[k][e]: the largest possible smallest cost of k segments covering [0, e), none above `top`
+    least = [[-inf] * (n + 1) for _ in range(S + 1)]
+    cut = [[-1] * (n + 1) for _ in range(S + 1)]
+    least[0][0] = inf
+    for k in range(1, S + 1):
+        for e in range(k, n + 1):
+            for s in range(k - 1, e):
+                c = cost(s, e)
+                if c <= top and least[k - 1][s] > -inf:
+                    v = min(least[k - 1][s], c)
+                    if v > least[k][e] - eps:  # a tie: the later cut (the earlier segments longer)
+                        least[k][e], cut[k][e] = v, s
+    bounds, e = [], n
+    for k in range(S, 0, -1):
+        s = cut[k][e]
+        bounds.append((s, e))
+        e = s
+    return tuple(bounds[::-1])
 
 
 # ---- the convergence table's subset sizes (convergence.tsv; known from the config, so the DAG can size its jobs) ---
