@@ -138,18 +138,15 @@ def token_ids():
 # `pytest -m "not dag"` leaves out every test that starts Snakemake: those that need lg_runs' shared run (the
 # `reference_run` fixture, directly or through another fixture: marked here), run Snakemake jobs or dry runs of
 # their own, or parse the workflow (`@pytest.mark.dag` where they are; the guard below fails an unmarked one):
-# the unit tests remain (3.8 min on 2 idle cores). `pytest -m "not dag and not slow"` also leaves out the unit
-# tests below, each over ~3 s on 2 idle cores (statistical coverage runs, killed-and-resumed subprocess jobs,
-# every figure drawn, a training run): the quick loop while editing (under 2 min).
+# the unit tests remain (3.2 min on 2 idle cores). `pytest -m "not dag and not slow"` also leaves out the unit
+# tests below, each over ~3 s on 2 idle cores (statistical coverage runs, killed-and-resumed model dumps, every
+# figure drawn, a training run): the quick loop while editing (2 min).
 DAG_FIXTURES = frozenset({"reference_run"})
 SLOW_TESTS = {
-    "test_modes.py": {"test_ginibre_real_eigenvalues_match_lapack_and_edelman_kostlan_shub",
-                      "test_gqa_modes_are_the_rank_and_the_complex_count_is_exact",
-                      "test_strongly_non_normal_gqa_keeps_rank_many_modes_and_counts_only_resolved_pairs"},
+    "test_modes.py": {"test_ginibre_real_eigenvalues_match_lapack_and_edelman_kostlan_shub"},
     "test_spectral.py": {"test_intervals_cover_the_true_metrics_at_the_promised_rate",
                          "test_mode_fraction_intervals_near_the_axis_and_the_circle_have_width_and_cover"},
     "test_train.py": {"test_training_lowers_heldout_loss", "test_same_seed_gives_identical_checkpoints"},
-    "test_fanout.py": {"test_a_killed_part_resumes_from_its_snapshot"},
     "test_envs.py": {"test_script_imports_are_provided_by_the_rule_env"},
     "test_cluster.py": {"test_dag_builds_and_lints_without_torch"},
     "test_papers_config.py": {"test_papers_dag_fans_out_offline"},
@@ -158,11 +155,8 @@ SLOW_TESTS = {
     "test_coupling_layers.py": {"test_per_layer_test_controls_the_layer_fdr"},
     "test_precision.py": {"test_store_is_temp_only_when_not_kept", "test_dag_refuses_stages_whose_boundaries_were_not_kept",
                           "test_per_model_store_overrides_build_and_keep_is_global"},
-    "test_spectral_jacobians.py": {"test_resume_after_sigkill"},
     "test_inspect.py": {"test_workflow_infers_family_and_layers_and_refuses_a_wrong_family_at_dag_time"},
-    "test_headline.py": {"test_check_catches_a_changed_number"},
-    "test_resume.py": {"test_a_damaged_activation_store_is_not_resumed", "test_a_killed_job_resumes_from_its_last_snapshot",
-                       "test_killed_activation_dump_resumes"},
+    "test_resume.py": {"test_a_damaged_activation_store_is_not_resumed", "test_killed_activation_dump_resumes"},
 }  # fmt: skip
 
 

@@ -653,8 +653,7 @@ def test_a_killed_schur_chain_segment_resumes_from_its_snapshot(jac, tmp_path, m
     assert segment == (4, 6)  # (0, 4), (4, 6), (6, 7) at PREFIX_FRACTION: a prefix of 4 depths, 2 own
     script = SEGMENT_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=kill, folder=str(jac),
                                   out=str(out), n=n, chain=chain, segment=segment, job=job)  # fmt: skip
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                         env=os.environ | {"PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     partial = chains / resume.PARTIAL
     assert not (chains / f"{job}.pkl").exists()
