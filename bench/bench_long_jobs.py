@@ -433,6 +433,10 @@ def totals(out: dict, d: int) -> None:
     res, B = out["results"], out["models"][MODELS[0]]["boundaries"]
     chains = res.get("spectra_schur_chains", {}).get(d)
     S, segments = config_chain_segments(out)
+    if segments is not None and chains is not None and "advance_s" not in chains:
+        log(f"spectra.chain_segments: {S}, but no advance-only step was measured (--jobs schur_advance): the "
+            "critical path and the hours are those of one job per chain")  # fmt: skip
+        S, segments = 1, None
     if chains is not None and segments is not None:
         adv = chains["advance_s"]
         hours["spectra_schur_chain_prefixes"] = sum(start * adv[cls] for cls, (start, _) in segments) / 3600
@@ -546,8 +550,9 @@ def main():
                     default=["rates", "spectra", "cumulative", "schur_chains", "convergence", "topology"],
                     help="schur_chains: the Schur prep and one chain step per cost class at --d (per boundary = prep "
                          "+ the chains' steps); schur: whole boundaries of the one job at --schur-dims; "
-                         "schur_advance (alone): the advance-only step per class at --d (a chain segment's prefix), "
-                         "merged into the existing long_jobs.json, which is then rendered")  # fmt: skip
+                         "schur_advance: the advance-only step per class at --d (a chain segment's prefix), with "
+                         "schur_chains beside its steps, alone merged into the existing long_jobs.json, which is "
+                         "then rendered")  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--device", default="cpu", help="torch device of the spectral and topology functions (cpu, cuda)")
     ap.add_argument("--render", action="store_true", help="only rewrite long_jobs.md from long_jobs.json")
@@ -612,6 +617,10 @@ def main():
     if "schur_chains" in args.jobs:
         res["spectra_schur_chains"] = {args.d: bench_schur_chains(mats(args.d, 2), counts, cfg, seed, args.device)}
         log(f"schur chains d={args.d}: {res['spectra_schur_chains'][args.d]}")
+        if "schur_advance" in args.jobs:  # beside the chain steps: what a chain segment's prefix costs
+            adv = bench_schur_advance(boundary(args.d, counts, seed=0), counts, cfg, seed, args.device)
+            res["spectra_schur_chains"][args.d]["advance_s"] = adv["advance_s"]
+            log(f"schur advance d={args.d}: {adv['advance_s']}")
     if "convergence" in args.jobs:
         J, groups = mats(args.d, 2)[0]
         res["spectra_convergence"] = {args.d: bench_convergence(J, groups, counts, cfg, args.device)}

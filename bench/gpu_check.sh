@@ -240,7 +240,7 @@ say "5. bench/bench_long_jobs.py on $DEVICE (limit ${LONG_S}s)"
 note "## 5. Paper B's analysis stages, one boundary each, on $DEVICE (bench/bench_long_jobs.py)"
 note ""
 s=$(date +%s)
-long_args=(--device "$DEVICE" --out "$OUTDIR/long_jobs_$DEVICE" --jobs spectra cumulative convergence schur_chains topology)
+long_args=(--device "$DEVICE" --out "$OUTDIR/long_jobs_$DEVICE" --jobs spectra cumulative convergence schur_chains schur_advance topology)
 if [ "$DEVICE" = cuda ]; then long_args+=(--d 4096 --small-d 4096 --tokens 32768)
 else long_args+=(--d 256 --small-d 256 --tokens 4096); fi
 timeout --kill-after=20 "$LONG_S" "$PY" bench/bench_long_jobs.py "${long_args[@]}" >"$WORK/long.log" 2>&1
