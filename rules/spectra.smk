@@ -286,6 +286,7 @@ rule spectra_schur_chain:
     params:
         boundaries=lambda wc: boundaries(wc.model),
         blocks=lambda wc: spectra_blocks(wc.model),
+        chain=lambda wc: schur_chain_name(schur_chain_of(wc)),
         segment=schur_chain_segment,
         settings=lambda wc: job_settings("spectra_schur_chain", wc.model),
     script:

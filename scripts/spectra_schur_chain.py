@@ -11,7 +11,7 @@ with job(sm, seed=seed, threads=sm.threads):
         list(sm.input.arrays),
         sm.params.blocks,
         sm.output[0],
-        chain=sm.wildcards.chain,
+        chain=sm.params.chain,  # the chain (the wildcard adds .s{k} for a segment: spectra.chain_segments)
         alphas=cfg["alphas"],
         seed=seed,
         orders=cfg["schur_orders"],

@@ -580,6 +580,28 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
         assert {r for r, _ in _schur_jobs(jobs, other)} == {"spectra_schur"}
 
 
+@pytest.mark.dag
+def test_a_fanned_run_writes_the_one_jobs_schur_bytes_with_chain_segments(tmp_path):
+    """tiny-gpt2's schur.tsv through the one job, then (moved aside) through its preps, every chain as 2
+    segment jobs and the gather, the scripts as the rules call them, in the same folder: only those run, and
+    the table is the same bytes. Two α below 1 and one random order keep it to 24 chain jobs."""
+    target = "results/tiny-gpt2/init/schur.tsv"
+    small = {"alphas": [0, 0.5, 1], "schur_orders": 1}
+    run, one = tmp_path / "run", tmp_path / "one"  # run: _jobs' folder
+    _jobs(tmp_path, {"spectra": small}, target=target)  # writes tmp_path/config.yaml
+    snakemake(run, target, config=tmp_path / "config.yaml")
+    out = run / "results" / "tiny-gpt2" / "init"
+    one.mkdir()
+    (out / "schur.tsv").rename(one / "schur.tsv")
+    fanned = _jobs(tmp_path, {"spectra": small | {"boundaries_per_job": 1, "chain_segments": 2}}, target=target)
+    chains = sorted(j["wildcards"]["chain"] for j in fanned if j["rule"] == "spectra_schur_chain")
+    assert len(chains) == 24 and all(re.search(r"\.s[01]$", c) for c in chains), chains
+    res = snakemake(run, target, config=tmp_path / "config.yaml")
+    ran = re.findall(r"Rule: (spectra_schur\w*)", res.stdout + res.stderr)
+    assert sorted(ran) == sorted(["spectra_schur_gather"] + ["spectra_schur_prep"] * 4 + ["spectra_schur_chain"] * 24)
+    assert (out / "schur.tsv").read_bytes() == (one / "schur.tsv").read_bytes()
+
+
 SCHUR_SETUP = (
     KILL_AT_SNAPSHOT
     + """
