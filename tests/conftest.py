@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spinning OpenMP threads on 2 shared cores
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n N`: the N workers share the cores (not N × all of them)
+    _threads = str(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, _threads)
 
 import pytest
 
@@ -138,9 +142,9 @@ def token_ids():
 # `pytest -m "not dag"` leaves out every test that starts Snakemake: those that need lg_runs' shared run (the
 # `reference_run` fixture, directly or through another fixture: marked here), run Snakemake jobs or dry runs of
 # their own, or parse the workflow (`@pytest.mark.dag` where they are; the guard below fails an unmarked one):
-# the unit tests remain (3.2 min on 2 idle cores). `pytest -m "not dag and not slow"` also leaves out the unit
+# the unit tests remain (2.1 min on 2 idle cores; 1.1 min with `-n auto`, pytest-xdist). `pytest -m "not dag and not slow"` also leaves out the unit
 # tests below, each over ~3 s on 2 idle cores (statistical coverage runs, killed-and-resumed model dumps, every
-# figure drawn, a training run): the quick loop while editing (2 min).
+# figure drawn, a training run): the quick loop while editing (45 s with `-n auto`).
 DAG_FIXTURES = frozenset({"reference_run"})
 SLOW_TESTS = {
     "test_modes.py": {"test_ginibre_real_eigenvalues_match_lapack_and_edelman_kostlan_shub"},
@@ -194,6 +198,21 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         subprocess.Popen = real
         _RUNNING["dag"] = True
+
+
+def pytest_configure(config):
+    """`pytest -n N` (pytest-xdist) runs the unit tests only: each worker would make the shared whole-DAG run
+    of its own (N runs of Snakemake at 2 cores each, on the same cores), so `-m` must leave out `dag`."""
+    from _pytest.mark.expression import Expression
+
+    if not getattr(config.option, "numprocesses", None) or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    m = config.option.markexpr
+    marks = ({"dag"}, {"dag", "slow"})  # a dag test's marks
+    if not m or any(Expression.compile(m).evaluate(lambda name, ms=ms, **_: name in ms) for ms in marks):
+        raise pytest.UsageError(
+            f"pytest -n runs the unit tests only: add -m 'not dag'{f' (not -m {m!r})' if m else ''}"
+        )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -395,20 +395,23 @@ def sampled_groups(M: np.ndarray, G: int, n: int, sigma: float, g: np.random.Gen
     return (M[None] + sigma / np.sqrt(n) * g.standard_normal((G, *M.shape))).astype(np.float32)
 
 
-def interval_run(mats, G, n, sigma, g, sr_k=3, schur_blocks=4):
-    """One synthetic data set: group means per boundary -> spectra rows, cumulative and Schur tables with CIs."""
+def interval_run(
+    mats, G, n, sigma, g, sr_k=3, schur_blocks=4, rows_of=None, alphas=(0, 0.5), variants=cumulative.VARIANTS
+):
+    """One synthetic data set: group means per boundary -> spectra rows (of the boundaries `rows_of`, default
+    all), cumulative and Schur tables (at `alphas`, in `variants`) with CIs."""
     counts = np.full(G, n)
     groups = {b: sampled_groups(M, G, n, sigma, g) for b, M in mats.items()}
     means = {b: gr.astype(np.float64).mean(0) for b, gr in groups.items()}
     reps = intervals.replicates(counts)
     devs = {b: intervals.deviations(means[b], groups[b], counts, reps) for b in mats}
-    rows = {b: spectra_row_with_intervals(b, means[b], G * n, devs[b], reps.weights, sr_k) for b in mats}
-    cum = cumulative_table(means, deviations=devs, weights=reps.weights)
+    rows = {b: spectra_row_with_intervals(b, means[b], G * n, devs[b], reps.weights, sr_k) for b in rows_of or mats}
+    cum = cumulative_table(means, list(variants), deviations=devs, weights=reps.weights)
     breps = intervals.replicates(counts, schur_blocks)
     bdevs = {b: intervals.deviations(means[b], groups[b], counts, breps) for b in mats}
     # no random orders: the order spread is not what these tests check (tests/test_schur_order.py does)
-    sch = schur_surgery(means, alphas=[0, 0.5], seed=1, sr_k=sr_k, boundary_metrics="none", orders=0,
-                        deviations=bdevs, weights=breps.weights)  # fmt: skip
+    sch = schur_surgery(means, alphas=list(alphas), seed=1, sr_k=sr_k, boundary_metrics="none", orders=0,
+                        variants=list(variants), deviations=bdevs, weights=breps.weights)  # fmt: skip
     return rows, cum, sch
 
 
@@ -455,7 +458,9 @@ def test_intervals_cover_the_true_metrics_at_the_promised_rate():
                "frac_expansive"]  # fmt: skip
     hits = {m: 0 for m in metrics} | {"cumulative": 0, "schur": 0}
     for _ in range(COVERAGE_TRIALS):
-        rows, cum, sch = interval_run(mats, G=16, n=20, sigma=0.15, g=g)
+        # only what is checked below: L0.mlp's row, the update variant, the Schur chains at α = 0.5
+        rows, cum, sch = interval_run(mats, G=16, n=20, sigma=0.15, g=g, rows_of=["L0.mlp"], alphas=[0.5],
+                                      variants=["update"])  # fmt: skip
         for m in metrics:  # one boundary per trial (the middle one): independent trials
             r, t = rows["L0.mlp"], truth[0]["L0.mlp"][m]
             hits[m] += r[f"{m}_ci_low"] <= t <= r[f"{m}_ci_high"]
@@ -501,7 +506,8 @@ def test_intervals_shrink_with_the_number_of_samples():
         g = rng(7)
         w = []
         for _ in range(20):
-            rows, cum, sch = interval_run(mats, G=16, n=n, sigma=0.3, g=g)
+            rows, cum, sch = interval_run(mats, G=16, n=n, sigma=0.3, g=g, rows_of=["L0.attn"], alphas=[0],
+                                          variants=["update"])  # fmt: skip
             r = rows["L0.attn"]
             last = cum.iloc[len(mats) - 1]
             s = sch[(sch["alpha"] == 0) & (sch["variant"] == "update")].iloc[-1]

@@ -1,6 +1,6 @@
 """The hash-locked environments, from PyPI alone (docs/cluster.md, "Locked environments").
 
-    python tools/lock.py compile [--torch-cpu-wheel WHEEL ...]   # needs uv and PyPI: rewrites requirements/, envs/
+    python tools/lock.py compile [--upgrade] [--torch-cpu-wheel WHEEL ...]   # needs uv and PyPI: rewrites requirements/, envs/
     python tools/lock.py envs                                    # offline: rewrites envs/*.yaml from requirements/
     python tools/lock.py pins NAME...                            # install.sh: lock.txt's lines of these packages
     python tools/lock.py torch-args cpu|cuda                     # install.sh: pip arguments of the torch step
@@ -8,7 +8,9 @@
 
 `compile` resolves pyproject.toml's dependencies with its extras `workflow` and `test`, plus requirements/lock.in
 (the exact torch, pip, and the setuptools that builds layergeom) with UV_COMMAND below, one universal resolution
-with every wheel's sha256 from PyPI, and splits it in two:
+with every wheel's sha256 from PyPI, and splits it in two. It keeps every locked version that still satisfies
+(uv prefers the pins of its output file, seeded with lock.txt and torch-pypi.txt): adding a dependency adds its
+closure and moves nothing else; `--upgrade` resolves everything afresh.
 
 - requirements/lock.txt: everything but torch and the packages that only PyPI's (CUDA) torch needs;
 - requirements/torch-pypi.txt: PyPI's torch and that CUDA closure (nvidia-*, cuda-*, triton). On Linux this is the
@@ -247,10 +249,12 @@ def write_torch_cpu(wheels: list[Path], torch_version: str) -> None:
     )
 
 
-def compile_lock(uv: str, cpu_wheels: list[Path]) -> None:
-    cmd = [uv, *UV_COMMAND[1:]]
+def compile_lock(uv: str, cpu_wheels: list[Path], upgrade: bool = False) -> None:
+    cmd = [uv, *UV_COMMAND[1:], *(["--upgrade"] if upgrade else [])]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "all.txt"
+        if not upgrade:  # uv prefers the versions an existing output file pins
+            out.write_text("".join(f.read_text() for f in (LOCK, TORCH_PYPI) if f.exists()))
         subprocess.run([*cmd, "--quiet", "-o", str(out)], cwd=ROOT, check=True)
         entries = parse_lock(out.read_text())
     for e in entries:
@@ -394,6 +398,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compile", help="resolve against PyPI with uv; rewrite requirements/ and envs/")
     c.add_argument("--uv", default="uv")
+    c.add_argument("--upgrade", action="store_true", help="resolve afresh (default: keep the locked versions)")
     c.add_argument("--torch-cpu-wheel", type=Path, nargs="*", default=[])
     sub.add_parser("envs", help="rewrite envs/*.yaml from requirements/ (offline)")
     sub.add_parser("pins", help="lock.txt's lines of these packages (install.sh: the installer first)").add_argument(
@@ -403,7 +408,7 @@ def main() -> None:
         sub.add_parser(name).add_argument("flavour")
     a = ap.parse_args()
     if a.cmd == "compile":
-        compile_lock(a.uv, a.torch_cpu_wheel)
+        compile_lock(a.uv, a.torch_cpu_wheel, a.upgrade)
     elif a.cmd == "envs":
         write_envs()
     elif a.cmd == "torch-args":
