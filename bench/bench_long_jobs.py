@@ -810,7 +810,7 @@ def markdown(out: dict) -> str:
                   f"per depth, measured with `--jobs schur_advance` at a 1-min load of at most "
                   f"{res['spectra_schur_chains'][d].get('advance_machine', {}).get('load_average_1min_max', float('nan')):.1f}), "
                   f"then steps through its own; the chain jobs take "
-                  f"the slots as they free, longest first. The repeated prefix products cost "
+                  f"the slots as they free, longest first (their Snakemake priority: `resources.schur_chain_seconds`). The repeated prefix products cost "
                   f"{out['per_checkpoint_cpu_hours']['spectra_schur_chain_prefixes']:.1f} CPU-hours per checkpoint "
                   f"(in the total above). With one job per chain ({one['chain_jobs']} chain jobs) the "
                   f"Schur path is {one['paths_hours']['spectra_schur_prep + chain']:.2f} h and the longest path "

@@ -737,7 +737,9 @@ from layergeom.resources import (
     npy_shape,
     schur_chain_mem_mb,
     schur_chain_runtime_min,
+    schur_chain_seconds,
     schur_chain_segments,
+    schur_prep_seconds,
     spectra_mem_mb,
     spectra_runtime_min,
     store_meta,
@@ -815,6 +817,34 @@ def schur_chain_runtime(wildcards, input, attempt):
     spectra = section(wildcards.model, "spectra")
     chain, segment = schur_chain_job(wildcards)
     return schur_chain_runtime_min(d, nb, spectra, chain, segment) * attempt
+
+
+def schur_chain_priority(wildcards, input):
+    """A chain job's scheduling priority: its expected seconds (resources.schur_chain_seconds), so that with more
+    chain jobs than free slots the longest start first (0 while d is unknown)."""
+    d, _, nb = spectra_sizes(wildcards.model, input)
+    chain, segment = schur_chain_job(wildcards)
+    return (
+        schur_chain_seconds(d, nb, section(wildcards.model, "spectra"), chain, segment)
+        if d
+        else 0
+    )
+
+
+def schur_prep_priority(wildcards, input):
+    """A prep job's scheduling priority: every chain job waits on every prep, so a prep outranks them all (its
+    block's expected seconds plus the longest chain job's: the rest of the longest path through it).
+    """
+    nb = len(spectra_block(wildcards))
+    d, _, n = spectra_sizes(wildcards.model, input, nb)
+    if not d:
+        return 0
+    spectra, jobs = schur_settings(wildcards.model)
+    B = len(boundaries(wildcards.model))
+    longest = max(
+        schur_chain_seconds(d, B, spectra, c, seg) for c, seg in jobs.values()
+    )
+    return n * schur_prep_seconds(d, spectra) + longest
 
 
 def cumulative_variant_memory(wildcards, input, attempt):

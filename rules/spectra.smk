@@ -245,6 +245,7 @@ rule spectra_schur_prep:
     wildcard_constraints:
         model=model_pattern(fanned_models()),
         block=r"\d+",
+    priority: schur_prep_priority  # above every chain job: they wait on every prep
     conda:
         torch_env()
     threads: job_threads()
@@ -276,6 +277,7 @@ rule spectra_schur_chain:
     wildcard_constraints:
         model=model_pattern(fanned_models()),
         chain=r"[a-z]+_(?:(?:none|random)_a[0-9.e+-]+|order\d+)(?:\.s\d+)?",
+    priority: schur_chain_priority  # the longest chain jobs first (more of them than free slots: some wait)
     conda:
         torch_env()
     threads: job_threads()

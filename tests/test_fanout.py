@@ -4,6 +4,7 @@ resumes from its snapshot, and the DAG has the parts and the gather only where t
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 
@@ -176,7 +177,8 @@ def _jobs(tmp_path, over: dict | None, width: int | None = None, target: str | N
         wildcards = dict(w.split("=", 1) for w in fields.get("wildcards", "").split(", ") if "=" in w)
         resources = dict(r.split("=", 1) for r in fields.get("resources", "").split(", ") if "=" in r)
         jobs.append({"rule": rule, "wildcards": wildcards, "input": fields.get("input", "").split(", "),
-                     "output": fields.get("output", "").split(", "), "resources": resources})  # fmt: skip
+                     "output": fields.get("output", "").split(", "), "resources": resources,
+                     "priority": fields.get("priority", "0")})  # fmt: skip
     return jobs
 
 
@@ -578,6 +580,20 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
                                     for c in plan for k in range(2)]  # fmt: skip
     for other in ("tiny-neox", "tiny-llama"):  # not fanned out: the key does nothing
         assert {r for r, _ in _schur_jobs(jobs, other)} == {"spectra_schur"}
+    # priorities: a chain job's is its seconds as bench_long_jobs' critical path counts them from the d = 4096
+    # measurements (the advance-only step × its prefix + the class's step × its own depths; this d, K and number
+    # of α < 1 are those measured), so the longest start first; every prep outranks every chain job
+    bench = json.loads((ROOT / "bench" / "results" / "long_jobs.json").read_text())
+    m = bench["results"]["spectra_schur_chains"][str(d)]
+    assert m["K"] == SPECTRA["schur_ci_blocks"] and sum(a < 1 for a in SPECTRA["alphas"]) == 4
+    prio, seconds = {name: float(j["priority"]) for name, j in got.items()}, {}
+    for name, (chain, (start, end)) in want.items():
+        cls = R.schur_chain_class(spectra, chain)
+        seconds[name] = start * m["advance_s"][cls] + (end - start) * m["step_s"][cls]
+        assert prio[name] == pytest.approx(seconds[name], rel=0.01), (name, prio[name], seconds[name])
+    # a prep's: its block's (one boundary) measured seconds + the longest chain job's, above every chain job
+    preps = [float(j["priority"]) for j in gpt2 if j["rule"] == "spectra_schur_prep"]
+    assert preps == pytest.approx([m["prep_s"] + max(seconds.values())] * nb, rel=0.01)
 
 
 @pytest.mark.dag
