@@ -142,7 +142,7 @@ def token_ids():
 # `pytest -m "not dag"` leaves out every test that starts Snakemake: those that need lg_runs' shared run (the
 # `reference_run` fixture, directly or through another fixture: marked here), run Snakemake jobs or dry runs of
 # their own, or parse the workflow (`@pytest.mark.dag` where they are; the guard below fails an unmarked one):
-# the unit tests remain (2.1 min on 2 idle cores; 1.1 min with `-n auto`, pytest-xdist).
+# the unit tests remain (2.1 min on 2 idle cores; 1.1–1.2 min with `-n auto`, pytest-xdist).
 # `pytest -m "not dag and not slow"` also leaves out the unit tests below, each over ~3 s on 2 idle cores
 # (statistical coverage runs, killed-and-resumed model dumps, every figure drawn, a training run): the quick
 # loop while editing (45 s with `-n auto`).
