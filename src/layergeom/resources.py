@@ -363,20 +363,26 @@ def schur_chain_runtime_min(
     per_step = boundary_seconds("spectra_schur", d) / (ch["complex"] + ch["real"] + ch["orders"])
     small = per_step * max(1.0, _schur_grid_factor(s)) * (steps["steps"] + 1)
     per = max(small, _schur_class_step_seconds(s, chain, d))
+    return _minutes(_segment_seconds(per, s, chain, n_boundaries, segment))
+
+
+def _segment_seconds(per: float, spectra: dict, chain: tuple, n_boundaries: int, segment) -> float:
+    """A chain job's seconds at `per` seconds per full step: its own depths in full, its prefix's (a segment's
+    start) at the class's advance-only fraction (``schur_prefix_fraction``)."""
     start, end = (0, int(n_boundaries)) if segment is None else (int(segment[0]), int(segment[1]))
-    return _minutes(per * (end - start) + per * schur_prefix_fraction(s, chain) * start)
+    return per * (end - start) + per * schur_prefix_fraction(spectra, chain) * start
 
 
 def _schur_class_step_seconds(spectra: dict, chain: tuple, d: int) -> float:
     """Seconds of one boundary's step of the chain at width d from its cost class's d = 4096 measurement
     (RATES["schur_steps"], d³-scaled): an order's step per α < 1; J̄ itself (α = 1, own N: real); a complex J(α),
     with the replicates' tangents (their extra over a plain step grown with K beyond the measured K) or without."""
-    rate = RATES["schur_steps"]
+    rate, steps = RATES["schur_steps"], schur_chain_steps(spectra, chain)
     if chain[0] == "order":
-        big = schur_chain_steps(spectra, chain)["steps"] * rate["order"]
+        big = steps["steps"] * rate["order"]
     elif (chain[2], chain[3]) == (1.0, "none"):
         big = rate["real"]
-    elif schur_chain_steps(spectra, chain)["tangents"]:
+    elif steps["tangents"]:
         K = int(spectra["schur_ci_blocks"] or 0)
         big = rate["plain"] + (rate["tangents"] - rate["plain"]) * max(1.0, K / rate["K"])
     else:
@@ -389,9 +395,7 @@ def schur_chain_seconds(d: int, n_boundaries: int, spectra: dict, chain: tuple, 
     at its class's step (``_schur_class_step_seconds``), those of its segment's prefix at the advance-only
     fraction (``schur_prefix_fraction``), as bench_long_jobs' critical path counts them. Its scheduling priority:
     with more chain jobs than free slots the longest start first."""
-    per = _schur_class_step_seconds(spectra, chain, d)
-    start, end = (0, int(n_boundaries)) if segment is None else (int(segment[0]), int(segment[1]))
-    return per * (end - start) + per * schur_prefix_fraction(spectra, chain) * start
+    return _segment_seconds(_schur_class_step_seconds(spectra, chain, d), spectra, chain, n_boundaries, segment)
 
 
 def schur_prep_seconds(d: int, spectra: dict) -> float:

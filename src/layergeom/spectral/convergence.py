@@ -1,7 +1,8 @@
 """Convergence of the headline Paper B numbers with the number of samples (docs/methods.md §2.7).
 
 For nested subsets of the samples — the first S sample groups (contiguous blocks of windows), S as
-``settings.convergence_sizes`` computes them (by default 4 sizes from 2 to G, geometrically spaced) — recompute J̄_b from the group means and the headline metrics, each with its jackknife
+``settings.convergence_sizes`` computes them (by default 4 sizes from 2 to G, geometrically spaced) — recompute
+J̄_b from the group means and the headline metrics, each with its jackknife
 interval over the S groups of the subset (``intervals``; the full-depth products over ``product_blocks``
 blocks of them, so at S = G their interval is wider than cumulative.tsv's over every group):
 
