@@ -312,13 +312,15 @@ def chain_segment_jobs(chains: dict, n_boundaries: int, segments: list[tuple[str
     return out
 
 
-def chain_wave_s(jobs: list[float], release: float, busy_until: list[float], concurrent: int) -> float:
-    """When the last Schur chain job ends: the jobs (seconds) start once the preps end (`release`), longest first,
-    each on the slot of `concurrent` that frees first; the jobs through depth hold their slots until
-    `busy_until`."""
+def chain_wave_s(
+    jobs: list[float], release: float, busy_until: list[float], concurrent: int, longest_first: bool = True
+) -> float:
+    """When the last Schur chain job ends: the jobs (seconds) start once the preps end (`release`), longest first
+    (their priority in the workflow; `longest_first` False: shortest first, the worst order), each on the slot
+    of `concurrent` that frees first; the jobs through depth hold their slots until `busy_until`."""
     slots = sorted([max(release, t) for t in busy_until] + [release] * (concurrent - len(busy_until)))
     end = release
-    for job in sorted(jobs, reverse=True):
+    for job in sorted(jobs, reverse=longest_first):
         start = slots.pop(0)
         end = max(end, start + job)
         slots.append(start + job)
@@ -381,9 +383,13 @@ def critical_path(
     if chains is not None:
         jobs = chain_segment_jobs(chains, B, chain_segments)
         paths["spectra_schur_prep + chain"] = chain_wave_s(jobs, n * chains["prep_s"], busy, concurrent)
+        unordered = chain_wave_s(jobs, n * chains["prep_s"], busy, concurrent, longest_first=False)
     hours = {k: v / 3600 for k, v in paths.items()}
-    return {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + through, "chain_jobs": n_chains,
-            "paths_hours": hours, "hours": max(hours.values())}  # fmt: skip
+    out = {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + through, "chain_jobs": n_chains,
+           "paths_hours": hours, "hours": max(hours.values())}  # fmt: skip
+    if chains is not None:  # the chain jobs started shortest first (what the priorities prevent)
+        out["hours_chains_shortest_first"] = max([*hours.values(), unordered / 3600])
+    return out
 
 
 def cumulative_variant_boundary_s(res: dict, d: int) -> float | None:
@@ -810,7 +816,8 @@ def markdown(out: dict) -> str:
                   f"per depth, measured with `--jobs schur_advance` at a 1-min load of at most "
                   f"{res['spectra_schur_chains'][d].get('advance_machine', {}).get('load_average_1min_max', float('nan')):.1f}), "
                   f"then steps through its own; the chain jobs take "
-                  f"the slots as they free, longest first (their Snakemake priority: `resources.schur_chain_seconds`). The repeated prefix products cost "
+                  f"the slots as they free, longest first (their Snakemake priority: `resources.schur_chain_seconds`; "
+                  f"shortest first, the longest path would be {cp['hours_chains_shortest_first']:.2f} h). The repeated prefix products cost "
                   f"{out['per_checkpoint_cpu_hours']['spectra_schur_chain_prefixes']:.1f} CPU-hours per checkpoint "
                   f"(in the total above). With one job per chain ({one['chain_jobs']} chain jobs) the "
                   f"Schur path is {one['paths_hours']['spectra_schur_prep + chain']:.2f} h and the longest path "
