@@ -30,6 +30,19 @@ sys.path.insert(0, str(ROOT / "src"))
 from layergeom.adapters import FAMILIES, MODEL_TYPES, adapter_class, get_adapter  # noqa: E402
 from layergeom.models import build_random  # noqa: E402
 
+
+def load_script(path: Path):
+    """A repository script (bench/, tools/) imported as a module named after its file (registered in
+    sys.modules, which dataclasses need), for tests of its functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 TEST_CONFIG = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())
 
 

@@ -6,14 +6,13 @@ One test builds a run's tables by hand (fast); the other reads the shared run of
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import statistics
 
 import forked
 import numpy as np
 import pandas as pd
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 from layergeom.io import write_tsv
 from layergeom.spectral.trends import trends_table
@@ -21,9 +20,7 @@ from layergeom.spectral.trends import trends_table
 pytest_plugins = ["lg_runs"]
 
 SCRIPT = ROOT / "bench" / "headline.py"
-spec = importlib.util.spec_from_file_location("headline", SCRIPT)
-headline = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(headline)
+headline = load_script(SCRIPT)
 
 
 def run(*args) -> forked.Result:

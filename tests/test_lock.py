@@ -8,23 +8,19 @@ annotations; the envs are regenerated from requirements/ in memory (offline) and
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, load_script
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python >= 3.11 (tomllib)")
 
-_spec = importlib.util.spec_from_file_location("lock", ROOT / "tools" / "lock.py")
-lock = importlib.util.module_from_spec(_spec)
-sys.modules["lock"] = lock  # dataclasses look the module up
-_spec.loader.exec_module(lock)
+lock = load_script(ROOT / "tools" / "lock.py")
 
 FILES = (lock.LOCK, lock.TORCH_PYPI, lock.TORCH_CPU)
 

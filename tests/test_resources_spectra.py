@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -372,11 +372,7 @@ def test_the_chain_wave_starts_the_longest_first_and_shortest_first_ends_later()
     """bench_long_jobs' wave model of the Schur chain jobs (the priorities' order against the worst one), on a
     hand-worked case: jobs 3, 1, 1, 1 on 2 slots from t = 0 end at 3 longest first (3 on one slot, the 1s on the
     other) and at 4 shortest first (the 3 starts at t = 1 after two 1s)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_long_jobs", ROOT / "bench" / "bench_long_jobs.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(ROOT / "bench" / "bench_long_jobs.py")
     assert bench.chain_wave_s([1, 3, 1, 1], 0.0, [], 2) == 3
     assert bench.chain_wave_s([1, 3, 1, 1], 0.0, [], 2, longest_first=False) == 4
     # released at 5 with one slot held until 7 (a job through depth): the 3 runs 5–8, the 1s 7–8, 8–9 and 8–9
