@@ -556,7 +556,13 @@ def schur_settings(model):
     s = section(model, "spectra")
     S, n = int(s["chain_segments"]), len(boundaries(model))
     jobs = {}
-    for c in schur_chains(s["alphas"], s["schur_orders"]):
+    try:
+        plan = schur_chains(
+            s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"]
+        )
+    except ValueError as e:
+        raise WorkflowError(f"{model}: {e}") from None
+    for c in plan:
         name = schur_chain_name(c)
         if S <= 1:
             jobs[name] = (c, None)

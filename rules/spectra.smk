@@ -261,8 +261,8 @@ rule spectra_schur_prep:
         "../scripts/spectra_schur_prep.py"
 
 
-# One product chain (settings.schur_chains: an operator's J(α) or a random order's, both variants named apart)
-# through every boundary in depth order; its erank per depth (kept: small), resumable from its own snapshot.
+# One product chain (settings.schur_chains: an operator's J(α), one variant each, or a random order's at the
+# α of spectra.schur_order_alphas, both variants from one reordering) through every boundary in depth order; its erank per depth (kept: small), resumable from its own snapshot.
 # With spectra.chain_segments S > 1, S jobs per chain ({chain}.s{k}): each advances the products through the
 # depths before its segment (no SVD), then steps through its own depths (resources.schur_chain_segments).
 rule spectra_schur_chain:
@@ -276,7 +276,7 @@ rule spectra_schur_chain:
         "benchmarks/spectra_schur_chain/{model}/{checkpoint}/{chain}.tsv"
     wildcard_constraints:
         model=model_pattern(fanned_models()),
-        chain=r"[a-z]+_(?:(?:none|random)_a[0-9.e+-]+|order\d+)(?:\.s\d+)?",
+        chain=r"(?:[a-z]+_(?:none|random)_a[0-9.e+-]+|order\d+)(?:\.s\d+)?",
     priority: schur_chain_priority  # the longest chain jobs first (more of them than free slots: some wait)
     conda:
         torch_env()

@@ -16,6 +16,7 @@ with job(sm, seed=seed, threads=sm.threads):
         rank_tol=cfg["rank_tol"],
         boundary_metrics=cfg["schur_boundary_metrics"],
         orders=cfg["schur_orders"],
+        order_alphas=cfg["schur_order_alphas"],
         ci_level=cfg["ci_level"],
         ci_blocks=cfg["schur_ci_blocks"],
         ci_controls=cfg["schur_ci_controls"],

@@ -15,6 +15,7 @@ with job(sm, seed=seed, threads=sm.threads):
         alphas=cfg["alphas"],
         seed=seed,
         orders=cfg["schur_orders"],
+        order_alphas=cfg["schur_order_alphas"],
         dtype=cfg["dtype"],
         rank_tol=cfg["rank_tol"],
         ci_level=cfg["ci_level"],

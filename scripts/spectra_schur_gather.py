@@ -11,5 +11,6 @@ with job(sm):
         sm.output[0],
         alphas=cfg["alphas"],
         orders=cfg["schur_orders"],
+        order_alphas=cfg["schur_order_alphas"],
         segments=cfg["chain_segments"],
     )

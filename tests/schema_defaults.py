@@ -49,7 +49,8 @@ def schur_kw(**over) -> dict:
     """``schur.schur_surgery``'s settings at their defaults (besides the rank tolerance)."""
     kw = {"alphas": SPECTRA["alphas"], "seed": SEED, "sr_k": SPECTRA["sr_k"],
           "boundary_metrics": SPECTRA["schur_boundary_metrics"], "orders": SPECTRA["schur_orders"],
-          "ci_level": SPECTRA["ci_level"], "ci_controls": SPECTRA["schur_ci_controls"]}  # fmt: skip
+          "order_alphas": SPECTRA["schur_order_alphas"], "ci_level": SPECTRA["ci_level"],
+          "ci_controls": SPECTRA["schur_ci_controls"]}  # fmt: skip
     return kw | over
 
 

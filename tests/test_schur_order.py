@@ -156,7 +156,8 @@ def test_erank_at_random_orders_matches_lapack_sorted_schur_forms():
     d, K, seed = 6, 3, 11
     mats = {f"L{i}.{k}": nonnormal(d, 20 + 2 * i + j, 0.5) for i in range(2) for j, k in enumerate(("attn", "mlp"))}
     alphas = [0.0, 0.5]
-    t = schur_surgery(mats, alphas=alphas + [1.0], seed=seed, sr_k=2, orders=K, boundary_metrics="none")
+    t = schur_surgery(mats, alphas=alphas + [1.0], seed=seed, sr_k=2, orders=K, boundary_metrics="none",
+                      order_alphas=alphas)  # fmt: skip
     ops = {(a, k): [] for a in alphas for k in range(K)}
     for bi, J in enumerate(mats.values()):
         lam_np = np.linalg.eigvals(J)
@@ -182,6 +183,17 @@ def test_erank_at_random_orders_matches_lapack_sorted_schur_forms():
     zero = t[t["alpha"] == 0]
     for c in ("erank_order_min", "erank_order_max"):  # α = 0 is one operator for both controls
         np.testing.assert_array_equal(zero[zero["control"] == "none"][c], zero[zero["control"] == "random"][c])
+    # the default (spectra.schur_order_alphas null): the spread at α = 0 alone, the same numbers; nan at 0.5
+    only0 = schur_surgery(mats, alphas=alphas + [1.0], seed=seed, sr_k=2, orders=K, boundary_metrics="none")
+    for v in cumulative.VARIANTS:
+        np.testing.assert_array_equal(table_spread(only0, v, 0.0)[1], table_spread(t, v, 0.0)[1])
+        np.testing.assert_array_equal(table_spread(only0, v, 0.0)[2], table_spread(t, v, 0.0)[2])
+        assert np.isnan(table_spread(only0, v, 0.5)[1]).all() and np.isnan(table_spread(only0, v, 0.5)[2]).all()
+        np.testing.assert_array_equal(table_spread(only0, v, 1.0)[1], table_spread(t, v, 1.0)[1])
+    cols = [c for c in t.columns if c not in ("erank_order_min", "erank_order_max")]
+    pd.testing.assert_frame_equal(only0[cols], t[cols])  # the orders change nothing else
+    with pytest.raises(ValueError, match="schur_order_alphas: 0.25 is not one of spectra.alphas"):
+        schur_surgery(mats, alphas=alphas, seed=seed, sr_k=2, orders=K, boundary_metrics="none", order_alphas=[0.25])
 
 
 def test_spread_brackets_the_canonical_order_when_every_order_is_drawn():
@@ -191,7 +203,8 @@ def test_spread_brackets_the_canonical_order_when_every_order_is_drawn():
     for bi in range(len(mats)):
         drawn = {tuple(p) for p in schur.random_orders(r, K, seed, bi)}
         assert len(drawn) == 6  # every order of the three modes (the test's premise, checked)
-    t = schur_surgery(mats, alphas=[0, 0.5, 1], seed=seed, sr_k=2, orders=K, boundary_metrics="none")
+    t = schur_surgery(mats, alphas=[0, 0.5, 1], seed=seed, sr_k=2, orders=K, boundary_metrics="none",
+                      order_alphas=[0, 0.5])  # fmt: skip
     for v in cumulative.VARIANTS:
         for a in (0.0, 0.5):
             erank, lo, hi = table_spread(t, v, a)

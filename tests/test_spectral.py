@@ -567,20 +567,32 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     )
     np.testing.assert_allclose(tan.dJ0[0], fd, atol=1e-4 * np.abs(fd).max())
 
-    def control(M):  # the random control's Q N' Qᴴ, N' one seeded draw rescaled to ‖N(M)‖_F
-        f = schur.schur_form(M, tol(len(M)))
-        # Q N' Qᴴ depends on the phases of the Schur vectors (N' is fixed): take them parallel to J's (the
-        # tangent's gauge W_ii = 0; LAPACK's own phase convention is arbitrary)
-        ph = np.diagonal(form.Q.conj().T @ f.Q)
-        Q = f.Q * (np.conj(ph) / np.abs(ph))[None]
-        Nr = schur.random_strict_upper(d, float(np.linalg.norm(f.N)), rng(3))
-        return Q @ Nr @ Q.conj().T, Nr
+    # the random control R' = Q_c N' Q_cᴴ in its canonical basis (phases and zero block fixed by J̄ and the seed):
+    # a function of J̄, so its finite difference is the tangent's, with no gauge to align by hand — also where
+    # J̄ has a numerically zero block (rank r < d), whose basis rotates with the non-zero modes' subspace
+    g = rng(9)
+    low = g.standard_normal((d, 4)) @ g.standard_normal((4, d)) / d  # rank 4, non-normal
+    for M0, Dk in ((J, D[0]), (low, g.standard_normal((d, d)) / d)):
+        b = schur.SurgeryBoundary(J=M0, form=schur.schur_form(M0, tol(d)), seed=5, index=2)
 
-    R, Nr = control(J)
-    fd = (control(J + h * D[0])[0] - control(J - h * D[0])[0]) / (2 * h)
-    W = tan.W[0].astype(np.complex128)
-    lin = form.Q @ (W @ Nr - Nr @ W) @ form.Q.conj().T + tan.dnorm_rel[0] * R
-    np.testing.assert_allclose(lin, fd, atol=1e-4 * np.abs(fd).max())
+        def control(M, n=b.form.n_nonzero):  # the tangent holds the modes fixed: so does the difference
+            return schur.SurgeryBoundary(J=M, form=schur.schur_form(M, tol(len(M)), n_modes=n), seed=5, index=2).R_rand
+
+        t = schur.schur_tangent(b.form, M0, Dk[None], keep_rotation=True)
+        fd = (control(M0 + h * Dk) - control(M0 - h * Dk)) / (2 * h)
+        lin = schur.control_tangent(b, t)[0]
+        np.testing.assert_allclose(lin, fd, atol=1e-4 * np.abs(fd).max())
+    assert b.form.n_nonzero == 4  # the second case has a zero block
+    # and it is a function of J̄: LAPACK's phases and its zero block's basis do not reach it
+    ph = np.exp(1j * g.uniform(0, 2 * np.pi, d))
+    U = scipy.linalg.qr(g.standard_normal((d - 4, d - 4)) + 1j * g.standard_normal((d - 4, d - 4)))[0]
+    Q2 = b.form.Q * ph[None]
+    Q2[:, 4:] = Q2[:, 4:] @ U
+    T2 = Q2.conj().T @ low @ Q2
+    other = schur.SchurForm(Q=Q2, lam=np.diag(T2).copy(), N=np.triu(T2, 1), n_nonzero=4)
+    again = schur.SurgeryBoundary(J=low, form=other, seed=5, index=2).R_rand
+    np.testing.assert_allclose(again, b.R_rand, atol=1e-12 * np.abs(b.R_rand).max())
+    assert np.abs(schur.SurgeryBoundary(J=low, form=other, seed=6, index=2).R_rand - b.R_rand).max() > 1e-3
     # a rank-deficient J̄: the non-zero modes lead the Schur form, whatever the order it came in
     g = rng(8)
     d, r = 12, 4
@@ -641,7 +653,8 @@ SPECTRA_KW = table_kw("dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks")
 CUMULATIVE_KW = table_kw("ci_level", "ci_blocks")
 SCHUR_KW = table_kw("alphas", "dtype", "rank_tol", "ci_level", "sr_k") | {
     "seed": SEED, "boundary_metrics": SPECTRA["schur_boundary_metrics"], "orders": SPECTRA["schur_orders"],
-    "ci_blocks": SPECTRA["schur_ci_blocks"], "ci_controls": SPECTRA["schur_ci_controls"]}  # fmt: skip
+    "order_alphas": SPECTRA["schur_order_alphas"], "ci_blocks": SPECTRA["schur_ci_blocks"],
+    "ci_controls": SPECTRA["schur_ci_controls"]}  # fmt: skip
 CONVERGENCE_KW = table_kw("sr_k", "dtype", "rank_tol", "ci_level") | {
     "sizes": SPECTRA["convergence_sizes"], "n_edge": SPECTRA["convergence_boundaries"]}  # fmt: skip
 

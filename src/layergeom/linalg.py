@@ -79,3 +79,99 @@ def torch_svdvals(A):
         a = A.detach().cpu()
         s = _gesvd((a.cdouble() if a.is_complex() else a.double()).numpy(), False, False)
         return torch.from_numpy(s).to(device=A.device, dtype=A.real.dtype if A.is_complex() else A.dtype)
+
+
+# ---- certified low-rank singular values of a product (the cumulative `update` products) -----------------------
+#: the largest |Δ log erank| that ``certified_svd`` may leave (its bound, not its error): a tenth of float32's ε.
+#: J̄ is averaged from float32 Jacobians and its group means are stored in float32, so its own rounding moves
+#: the erank of a product by a multiple of ε₃₂ (docs/precision.md, "Precision budget", measures how much).
+LOWRANK_TOL = float(np.finfo(np.float32).eps) / 10
+#: the test matrix's seed: fixed, so that the route is a function of C alone (a fanned-out job, a resumed one
+#: and the single job take the same columns and the same bits)
+LOWRANK_SEED = 20261206
+
+
+def entropy_bound(s_hat: np.ndarray, rho: float, d: int) -> float:
+    """An upper bound on |H(σ(C)) − H(σ̂)| (H the entropy of p = σ/Σσ: erank = exp H) when σ̂ (k, descending)
+    are the singular values of QᴴC for an orthonormal Q (d, k) and ρ = ‖(I − QQᴴ)C‖_F.
+
+    With R = (I − QQᴴ)C, CᴴC = (QᴴC)ᴴ(QᴴC) + RᴴR, so (Weyl) σ̂_i ≤ σ_i ≤ sqrt(σ̂_i² + ρ²) for i ≤ k and the d − k
+    others sum to at most sqrt(d − k)·ρ (Cauchy–Schwarz on Σσ_i² ≤ ρ²). Head: first order in
+    δσ_i ≤ min(ρ, ρ²/(2σ̂_i)), |∂H/∂σ_i| = |log p_i + H|/Σσ. Tail: by the grouping rule of entropy, a share
+    x = Σ_tail/Σσ moves H by at most x·log d + h(x) ≤ x(log d + 1 − log x)."""
+    s_hat = np.asarray(s_hat, dtype=np.float64)
+    S = float(s_hat.sum())
+    if S <= 0 or not np.isfinite(S):
+        return float("inf")
+    p = s_hat / S
+    pos = p > 0
+    H = float(-np.sum(p[pos] * np.log(p[pos])))
+    grad = np.zeros_like(p)
+    grad[pos] = np.abs(np.log(p[pos]) + H) / S
+    grad[~pos] = np.inf if rho > 0 else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shift = np.minimum(rho, np.where(s_hat > 0, rho * rho / (2 * s_hat), rho))
+    head = float(np.sum(np.where(shift > 0, grad * shift, 0.0)))
+    x = min(1.0, np.sqrt(max(d - len(s_hat), 0)) * rho / S)
+    tail = 0.0 if x == 0 else x * (np.log(d) + 1.0 - np.log(x))
+    return head + tail
+
+
+def certified_svd(C, vectors: bool, *, tol: float = LOWRANK_TOL, block: int | None = None, max_frac: float = 0.5):
+    """The leading singular values (and vectors) of a square tensor C (d, d) by an adaptive randomized range
+    finder, certified: (U (d, k) or None, s (k,), Vh (k, d) or None, bound), or None where the certificate
+    fails within k ≤ `max_frac`·d columns (the caller takes the full SVD).
+
+    Blocks of b = max(2, ⌈d/32⌉) columns of a fixed seeded Gaussian test matrix (``LOWRANK_SEED``: the same
+    columns on every call, so the result is a function of C) are pushed through the residual R = (I − QQᴴ)C
+    (exact, updated block by block: R ← R − q(qᴴR)), orthonormalised against Q twice, until the cheap form of
+    ``entropy_bound`` (Σσ̂ ≥ ‖QᴴC‖_F) is below `tol`/2; then the SVD of the k×d matrix QᴴC gives σ̂ and the
+    full ``entropy_bound`` must be below `tol`. A product of low rank (the `update` chains after a grouped-query
+    attention boundary: rank ≤ n_kv·d_head) costs a few d²k products instead of a full SVD (O(d³) with a large
+    constant); the singular values it leaves out carry less than `tol` of the entropy, and those it keeps are
+    those of C up to ρ²/(2σ̂_i). Torch, on C's device."""
+    import torch
+
+    d = int(C.shape[-1])
+    if C.ndim != 2 or C.shape[0] != d:
+        return None
+    b = block or max(2, -(-d // 32))
+    kmax = int(max_frac * d)
+    dtype = C.dtype
+    gen = torch.Generator(device="cpu").manual_seed(LOWRANK_SEED)
+    real = C.real.dtype if C.is_complex() else dtype
+    R = C.clone()
+    fro = float(torch.linalg.vector_norm(C))
+    if not np.isfinite(fro) or fro == 0:
+        return None
+    Qs, Bs, k, f2 = [], [], 0, 0.0
+    while k + b <= kmax:
+        omega = torch.randn(d, b, generator=gen, dtype=torch.float64).to(device=C.device, dtype=real).to(dtype)
+        Y = R @ omega  # (d, b): in the residual's range, ⟂ Q up to rounding
+        for _ in range(2):  # classical Gram–Schmidt twice against the basis so far
+            for Qj in Qs:
+                Y = Y - Qj @ (Qj.conj().T @ Y)
+        q, _ = torch.linalg.qr(Y)  # (d, b)
+        Bq = q.conj().T @ R  # (b, d) = qᴴC (q ⟂ Q)
+        R = R - q @ Bq
+        Qs.append(q)
+        Bs.append(Bq)
+        k += b
+        f2 += float(torch.linalg.vector_norm(Bq)) ** 2
+        rho = float(torch.linalg.vector_norm(R))
+        # cheap bound: Σσ̂ ≥ ‖QᴴC‖_F, and the head term is second order in ρ
+        x = min(1.0, np.sqrt(d - k) * rho / max(np.sqrt(f2), 1e-300))
+        if x == 0 or x * (np.log(d) + 1.0 - np.log(x)) <= tol / 2:
+            break
+    else:
+        return None
+    B = torch.cat(Bs, dim=0)  # (k, d) = QᴴC
+    if vectors:
+        Ub, s, Vh = torch_svd(B)  # (k, k), (k,), (k, d)
+    else:
+        s, Ub, Vh = torch_svdvals(B), None, None
+    bound = entropy_bound(s.detach().cpu().numpy(), rho, d)
+    if not bound <= tol:
+        return None
+    U = torch.cat(Qs, dim=1) @ Ub if vectors else None  # (d, k)
+    return U, s, Vh, bound

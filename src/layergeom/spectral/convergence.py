@@ -111,7 +111,7 @@ def convergence_rows(
             Dp = D if preps[si].K == reps[si].K else intervals.deviations(J, g, sub_counts[si], preps[si])
             del D
             Jt, Dp = as_tensor(J, device), as_tensor(Dp, device, torch.float32)  # once for both variants
-            chain_s = chains.setdefault(si, {v: ProductChain(0.0, device) for v in VARIANTS})
+            chain_s = chains.setdefault(si, {v: ProductChain(0.0, device, lowrank=v == "update") for v in VARIANTS})
             for v, chain in chain_s.items():
                 if final:
                     chain.floor = tangent_floor(J.shape[0])

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..linalg import torch_svd, torch_svdvals
+from ..linalg import certified_svd, torch_svd, torch_svdvals
 from ..resume import NO_SNAPSHOTS, Snapshots
 from .intervals import jackknife_interval
 from .spectra import effective_rank, entropy_gradient
@@ -61,19 +61,28 @@ def _wide(dtype: torch.dtype) -> torch.dtype:
     return torch.complex128 if dtype.is_complex else torch.float64
 
 
-def erank_with_tangents(C, tangents, floor: float, device: str | None = None) -> tuple[float, np.ndarray]:
-    """erank(C) and its first-order replicate values erank(C + Ċ_k) = exp(H + ⟨Γ, Ċ_k⟩), Γ = U diag(∂H/∂σ) Vᴴ.
+def erank_with_tangents(
+    C, tangents, floor: float, device: str | None = None, lowrank: bool = False
+) -> tuple[float, np.ndarray, str]:
+    """erank(C) and its first-order replicate values erank(C + Ċ_k) = exp(H + ⟨Γ, Ċ_k⟩), Γ = U diag(∂H/∂σ) Vᴴ,
+    and the route taken (``full`` or ``lowrank``).
 
     δσ_i = Re u_iᴴ Ċ v_i, so δH = Σ_i ∂H/∂σ_i δσ_i = Re⟨Γ, Ċ⟩: one product for Γ, then O(d²) per replicate.
     C and the tangents: numpy arrays or tensors, computed on `device` (None: C's own; numpy: the CPU); the
-    entropy and its gradient from the singular values, on the CPU in float64 (``spectra``).
+    entropy and its gradient from the singular values, on the CPU in float64 (``spectra``). ``lowrank``: the
+    singular triplets by ``linalg.certified_svd`` where its certificate holds (|Δ log erank| ≤ LOWRANK_TOL; the
+    σ below it, rounding in a product of low rank, are left out), else the full SVD.
     """
     if device is None:
         device = C.device if isinstance(C, torch.Tensor) else "cpu"
     C = as_tensor(C, device)
-    if tangents is None or not len(tangents):
-        return effective_rank(torch_svdvals(C).cpu().numpy()), np.empty(0)
-    U, s, Vh = torch_svd(C)
+    want = tangents is not None and len(tangents) > 0
+    low = certified_svd(C, vectors=want) if lowrank else None
+    route = "full" if low is None else "lowrank"
+    if not want:
+        s = torch_svdvals(C) if low is None else low[1]
+        return effective_rank(s.cpu().numpy()), np.empty(0), route
+    U, s, Vh = torch_svd(C) if low is None else (low[0], low[1], low[2])
     H, grad = entropy_gradient(s.cpu().numpy(), floor)
     keep = torch.from_numpy(np.flatnonzero(grad)).to(device)
     g = torch.from_numpy(grad[grad != 0]).to(device=device, dtype=s.dtype)
@@ -83,7 +92,7 @@ def erank_with_tangents(C, tangents, floor: float, device: str | None = None) ->
     wide = torch.promote_types(Gam.dtype, _wide(tangents.dtype))
     Gf = Gam.reshape(-1).to(wide)
     dH = torch.stack([torch.vdot(Gf, t.reshape(-1).to(wide)).real for t in tangents]).cpu().numpy()
-    return float(np.exp(H)), np.exp(H + dH)
+    return float(np.exp(H)), np.exp(H + dH), route
 
 
 class ProductChain:
@@ -97,13 +106,19 @@ class ProductChain:
     The products are torch tensors on ``device`` (a torch device string: the job's, ``workflow.job_device``);
     M and Δ come as numpy arrays (memmaps too) or tensors and are moved there. ``state()`` is numpy on the CPU,
     so that a snapshot resumes on any device (``from_state(state, device=...)``).
+
+    ``lowrank``: the singular values (and vectors) of C by ``linalg.certified_svd`` where it certifies them
+    (the `update` products: of low rank after a grouped-query attention boundary), else a full SVD; ``routes``
+    counts the steps of each route.
     """
 
-    def __init__(self, floor: float, device: str = "cpu"):
+    def __init__(self, floor: float, device: str = "cpu", lowrank: bool = False):
         self.floor = floor
         self.device = str(device)
+        self.lowrank = bool(lowrank)
         self.C = self.T = None  # tensors on the device
         self.log_norm = 0.0
+        self.routes = {"full": 0, "lowrank": 0}
 
     def advance(self, M, D=None) -> bool:
         """C_n = M C_{n−1} (and the tangents), renormalised; False once C_n vanished or overflowed."""
@@ -136,11 +151,12 @@ class ProductChain:
     def state(self) -> dict:
         """What a snapshot keeps (``layergeom.resume``): C, the tangents, log‖C‖ and the floor, exactly, as numpy
         arrays on the CPU (on the CPU they share the chain's memory: the chain never changes them in place)."""
-        return {"floor": self.floor, "C": _numpy(self.C), "T": _numpy(self.T), "log_norm": self.log_norm}
+        return {"floor": self.floor, "C": _numpy(self.C), "T": _numpy(self.T), "log_norm": self.log_norm,
+                "lowrank": self.lowrank}  # fmt: skip
 
     @classmethod
     def from_state(cls, state: dict, device: str = "cpu") -> ProductChain:
-        chain = cls(state["floor"], device)
+        chain = cls(state["floor"], device, lowrank=bool(state.get("lowrank", False)))
         chain.C = None if state["C"] is None else as_tensor(state["C"], chain.device).clone()
         chain.T = None if state["T"] is None else as_tensor(state["T"], chain.device).clone()
         chain.log_norm = state["log_norm"]
@@ -150,7 +166,8 @@ class ProductChain:
         """``advance``, then erank(C_n), log‖C_n‖_F and the replicate values of erank(C_n)."""
         if not self.advance(M, D):
             return float("nan"), self.log_norm, np.full(0 if self.T is None else len(self.T), np.nan)
-        erank, reps = erank_with_tangents(self.C, self.T, self.floor, self.device)
+        erank, reps, route = erank_with_tangents(self.C, self.T, self.floor, self.device, self.lowrank)
+        self.routes[route] += 1
         return erank, self.log_norm, reps
 
 
@@ -199,7 +216,7 @@ def cumulative_rows(
             D = as_tensor(D, device, torch.complex64 if _is_complex(D) else torch.float32)
         for v in variants:
             if chains[v] is None:
-                chains[v] = ProductChain(tangent_floor(J.shape[0]), device)
+                chains[v] = ProductChain(tangent_floor(J.shape[0]), device, lowrank=v == "update")
             erank, log_norm, reps = chains[v].step(step_operator(J, v), D)
             row = {"variant": v, "depth": depth, "boundary": name, "erank": erank}
             if D is not None:

@@ -62,6 +62,8 @@ from .settings import (
     schur_alphas,
     schur_chain_name,
     schur_chains,
+    schur_order_alphas,
+    schur_runs,
 )
 from .spectra import METRICS, eigenvalue_frame, order_columns, rank_tolerance, spectra_row
 
@@ -689,9 +691,18 @@ class _Deviations(Mapping):
 #: the format of the Schur part files (``write_schur_prep``, ``write_schur_chain``), checked by their readers
 SCHUR_PART_FORMAT = 1
 #: the arrays of one boundary in a prep's .npz (``b{i}.{name}``: i its place in the block): the Schur form
-#: (Q, λ, N, the number of non-zero modes), the order sampler's eigenvectors Y (orders, where usable) and the
-#: tangents (intervals: δJ₀, the rotations W with a random control in schur_ci_controls, δ‖N‖/‖N‖)
-SCHUR_PREP_ARRAYS = ("Q", "lam", "N", "n_nonzero", "Y", "dJ0", "W", "dnorm_rel")
+#: (Q, λ, N, the number of non-zero modes), the order sampler's eigenvectors Y (orders, where usable), the random
+#: control R' = Q_c N' Q_cᴴ (a run with the random N') and the tangents (intervals: δJ₀, δ‖N‖/‖N‖, and δR' with
+#: a random control in schur_ci_controls)
+SCHUR_PREP_ARRAYS = ("Q", "lam", "N", "n_nonzero", "Y", "Rr", "dJ0", "dnorm_rel", "dRr")
+
+
+def _order_alphas(alphas, order_alphas) -> list[float]:
+    """``settings.schur_order_alphas``, its error as one clear line (LayergeomError)."""
+    try:
+        return schur_order_alphas(alphas, order_alphas)
+    except ValueError as e:
+        raise LayergeomError(str(e)) from None
 
 
 def _schur_setup(files: BoundaryFiles, ci_blocks: int, ci_controls, dtype: str, rank_tol, what: str):
@@ -729,8 +740,9 @@ def write_schur(
 
     ``ci_blocks`` 0 writes no intervals. ``snapshot_s``: save the products every that many seconds, and resume
     from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, sr_k, boundary_metrics, orders,
-    variants). ``device``: where the decompositions and the product chains compute (``workflow.job_device``).
+    order_alphas, variants). ``device``: where the decompositions and the product chains compute (``workflow.job_device``).
     """
+    _order_alphas(kwargs["alphas"], kwargs["order_alphas"])  # a bad spectra.schur_order_alphas: one clear line
     tol, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
     devs, weights = (None, None) if reps is None else (_Deviations(files, counts, reps), reps.weights)
     settings = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls, kwargs)
@@ -779,6 +791,7 @@ def write_schur_prep(
     orders: int,
     ci_blocks: int,
     ci_controls: Iterable[str],
+    order_alphas,
     snapshot_s: float | None = None,
     device: str = "cpu",
 ) -> None:
@@ -794,11 +807,13 @@ def write_schur_prep(
     decompositions run.
     """
     check_surgery(boundary_metrics, orders)
+    spread = _order_alphas(alphas, order_alphas)
     tol, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
     what = f"schur_prep_{Path(out_part).stem}"
     settings = _schur_settings(dtype, rank_tol, ci_level=None, ci_blocks=ci_blocks, ci_controls=ci_controls,
                                kwargs={"first": first, "alphas": list(alphas), "seed": seed, "sr_k": sr_k,
-                                       "boundary_metrics": boundary_metrics, "orders": orders})  # fmt: skip
+                                       "boundary_metrics": boundary_metrics, "orders": orders,
+                                       "order_alphas": spread})  # fmt: skip
     snap = snapshots_for(files, out_part, what, settings, snapshot_s)
     work = work_dir(out_part)
     done = [work / f"{what}.b{i}.npz" for i in range(len(files.names))]  # each boundary's arrays
@@ -813,11 +828,13 @@ def write_schur_prep(
         D = None if reps is None else files.deviations(name, J, counts, reps)
         prep = prepare_boundary(name, J, D, index=first + i, seed=seed, tol=tol, sr_k=sr_k, alphas=alphas,
                                 boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls,
-                                device=device)  # fmt: skip
+                                order_alphas=spread, device=device)  # fmt: skip
         form, tan = prep.boundary.form, prep.tangent
         arrays = {"Q": form.Q, "lam": form.lam, "N": form.N, "n_nonzero": np.int64(form.n_nonzero), "Y": prep.Y}
+        if any(c == "random" for _, c in schur_runs(alphas)):
+            arrays["Rr"] = prep.boundary.R_rand
         if tan is not None:
-            arrays |= {"dJ0": tan.dJ0, "W": tan.W, "dnorm_rel": tan.dnorm_rel}
+            arrays |= {"dJ0": tan.dJ0, "dnorm_rel": tan.dnorm_rel, "dRr": tan.dRr}
         with atomic_path(done[i]) as tmp:
             npz = _NpzWriter(tmp)
             try:
@@ -871,6 +888,7 @@ def write_schur_chain(
     ci_level: float,
     ci_blocks: int,
     ci_controls: Iterable[str],
+    order_alphas,
     segment: tuple[int, int] | None = None,
     snapshot_s: float | None = None,
     device: str = "cpu",
@@ -892,9 +910,11 @@ def write_schur_chain(
     """
 
     alphas = schur_alphas(alphas)
-    plan = {schur_chain_name(c): c for c in schur_chains(alphas, orders)}
+    spread = _order_alphas(alphas, order_alphas)
+    plan = {schur_chain_name(c): c for c in schur_chains(alphas, orders, SCHUR_VARIANTS, spread)}
     if chain not in plan:
-        raise LayergeomError(f"no Schur chain '{chain}' at alphas {alphas} and {orders} orders; one of {sorted(plan)}")
+        raise LayergeomError(f"no Schur chain '{chain}' at alphas {alphas}, {orders} orders at α {spread}; one of "
+                             f"{sorted(plan)}")  # fmt: skip
     spec = plan[chain]
     if [n for block in blocks for n in block] != list(files.names):
         raise LayergeomError(f"the Schur prep blocks {blocks} do not hold the boundaries {files.names} in order")
@@ -905,7 +925,7 @@ def write_schur_chain(
     _, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
     weights = None if reps is None else reps.weights
     prep = _PrepArrays(prep_arrays, blocks)
-    kw = {"chain": chain, "alphas": alphas, "seed": seed, "orders": orders}
+    kw = {"chain": chain, "alphas": alphas, "seed": seed, "orders": orders, "order_alphas": spread}
     what = f"schur_chain_{chain}"
     if segment is not None:
         kw["segment"], what = [first, end], f"{what}_{first}_{end}"
@@ -917,26 +937,28 @@ def write_schur_chain(
         start, results, chains = last["done"], last["state"]["results"], _chains_from(last["state"]["chains"], device)
     # deviations where the chain carries an interval; the Schur form's tangents unless it is J̄ itself
     needs_D = reps is not None and spec[0] == "run" and wants_interval(spec[2], spec[3], ci_controls)
-    tangent = ["dJ0", "W", "dnorm_rel"] if needs_D and spec[2:] != (1.0, "none") else []
-    keys = ["Q", "lam", "N", "n_nonzero", *(["Y"] if spec[0] == "order" else []), *tangent]
+    random = spec[0] == "run" and spec[3] == "random"
+    tangent = ["dJ0", "dnorm_rel", *(["dRr"] if random else [])] if needs_D and spec[2:] != (1.0, "none") else []
+    keys = ["Q", "lam", "N", "n_nonzero", *(["Y"] if spec[0] == "order" else []), *(["Rr"] if random else []),
+            *tangent]  # fmt: skip
     for bi in progress(range(start, end), total=end, initial=start, desc=f"schur {chain}",
                        unit="boundary"):  # fmt: skip
         name = files.names[bi]
         J = files[name]
         a = prep.read(bi, keys)
         form = SchurForm(Q=a["Q"], lam=a["lam"], N=a["N"], n_nonzero=int(a["n_nonzero"]))
-        b = SurgeryBoundary(J=np.asarray(J, dtype=np.float64), form=form, seed=seed, index=bi)
-        tan = (
-            None if a.get("dJ0") is None else SchurTangent(W=a["W"], dlam=None, dJ0=a["dJ0"], dnorm_rel=a["dnorm_rel"])
-        )
+        b = SurgeryBoundary(J=np.asarray(J, dtype=np.float64), form=form, seed=seed, index=bi, Rr=a.get("Rr"))
+        tan = None
+        if a.get("dJ0") is not None:
+            tan = SchurTangent(W=None, dlam=None, dJ0=a["dJ0"], dnorm_rel=a["dnorm_rel"], dRr=a.get("dRr"))
         D = files.deviations(name, J, counts, reps) if needs_D else None
         st = BoundaryStep(b, tan, D, a.get("Y"), orders, ci_controls)
+        step = {"alphas": alphas, "weights": weights, "ci_level": ci_level, "device": device,
+                "variants": SCHUR_VARIANTS, "order_alphas": spread}  # fmt: skip
         if bi < first:  # the prefix: the products only
-            step_chain(spec, chains, st, alphas=alphas, weights=weights, ci_level=ci_level, device=device,
-                       advance=True)  # fmt: skip
+            step_chain(spec, chains, st, advance=True, **step)
         else:
-            results.append(step_chain(spec, chains, st, alphas=alphas, weights=weights, ci_level=ci_level,
-                                      device=device))  # fmt: skip
+            results.append(step_chain(spec, chains, st, **step))
         del st, b, form, a, tan, D
         snap.save(bi + 1, lambda: {"results": results, "chains": _chain_states(chains)})
     part = {"format": SCHUR_PART_FORMAT, "chain": list(spec), "boundaries": list(files.names),
@@ -949,7 +971,15 @@ def write_schur_chain(
 
 
 def gather_schur(
-    preps: list, chains: list, boundaries: list[str], out_tsv, *, alphas, orders: int, segments: int = 1
+    preps: list,
+    chains: list,
+    boundaries: list[str],
+    out_tsv,
+    *,
+    alphas,
+    orders: int,
+    order_alphas,
+    segments: int = 1,
 ) -> pd.DataFrame:
     """schur.tsv of a checkpoint from its prep records and its chains' results (rule ``spectra_schur_gather``):
     byte for byte what :func:`write_schur` writes in one job (``schur.surgery_rows``, ``surgery_table``).
@@ -984,7 +1014,8 @@ def gather_schur(
         raise LayergeomError(f"the Schur prep parts {[str(p) for p in preps]} hold boundaries {names}, not the "
                              f"checkpoint's {list(boundaries)} in order; rerun the spectra_schur_prep jobs")  # fmt: skip
     alphas = schur_alphas(alphas)
-    plan = schur_chains(alphas, orders)
+    spread = _order_alphas(alphas, order_alphas)
+    plan = schur_chains(alphas, orders, SCHUR_VARIANTS, spread)
     n, pieces = len(names), {}
     for path in chains:
         part = load(path, "chain")
@@ -1014,7 +1045,8 @@ def gather_schur(
     if set(results) != set(plan):
         raise LayergeomError(f"the Schur chain parts hold {sorted(map(str, results))}, not the chains "
                              f"{sorted(map(str, plan))}; rerun the spectra_schur_chain jobs")  # fmt: skip
-    rows = surgery_rows(records, results, alphas=alphas, variants=list(SCHUR_VARIANTS), orders=orders)
+    rows = surgery_rows(records, results, alphas=alphas, variants=list(SCHUR_VARIANTS), orders=orders,
+                        order_alphas=spread)  # fmt: skip
     table = surgery_table(rows, list(SCHUR_VARIANTS))
     write_tsv(table, out_tsv)
     return table

@@ -67,7 +67,7 @@ from ..resume import NO_SNAPSHOTS, Snapshots
 from ..runtime import progress
 from .cumulative import VARIANTS, ProductChain, step_operator, tangent_floor
 from .intervals import jackknife_interval
-from .settings import schur_alphas, schur_chains, schur_runs
+from .settings import schur_alphas, schur_chains, schur_order_alphas, schur_runs
 from .spectra import Decomposition, decompose, nonzero_modes, spectral_metrics
 
 CONTROLS = ("none", "random")
@@ -75,6 +75,8 @@ CONTROLS = ("none", "random")
 EIGEN_ONLY = ("n_modes", "frac_complex", "frac_expansive", "frac_complex_d", "frac_expansive_d", "spectral_radius")
 #: last word of the seed sequence [seed, boundary index, ORDER_STREAM] of the random orders (the control: 2 words)
 ORDER_STREAM = 23
+#: last word of the seed sequence [seed, boundary index, BASIS_STREAM] of the control's canonical basis
+BASIS_STREAM = 29
 
 
 @dataclass
@@ -236,6 +238,73 @@ def random_strict_upper(d: int, fro: float, rng: np.random.Generator) -> np.ndar
     return N * (fro / nrm) if nrm > 0 else N
 
 
+@dataclass
+class ControlBasis:
+    """The Schur basis in which the random control N' is placed, made a function of J̄ and its seed alone.
+
+    LAPACK fixes each Schur vector up to a unit phase, and the numerically zero block (grouped-query attention:
+    d − r modes at rounding level) up to any unitary rotation of its invariant subspace; a fixed draw N' placed
+    in that basis (Q N' Qᴴ) follows those arbitrary choices, so float32 rounding of J̄ could move the control's
+    erank by percents. Canonical instead: each non-zero mode's Schur vector q_j times the phase that makes ωᵀq_j
+    real and positive (ω a seeded real Gaussian vector), and for the zero block the Q factor (diagonal of R real
+    and positive: unique) of a seeded real Gaussian Ω₂ (d, d − r) projected onto the orthogonal complement of the
+    non-zero modes' invariant subspace. Q_c = Q·D with D = diag(φ) ⊕ U₂ (U₂ = Q₂ᴴQ₂c).
+    """
+
+    Q: np.ndarray  # (d, d) Q_c
+    phases: np.ndarray  # (r,) φ
+    c: np.ndarray  # (d,) ωᵀQ (LAPACK's basis)
+    U2: np.ndarray  # (d − r, d − r) Q₂ᴴ Q₂c
+    P1: np.ndarray  # (r, d − r) Q₁ᴴ Ω₂
+    R2: np.ndarray  # (d − r, d − r) R of the QR of (I − Q₁Q₁ᴴ)Ω₂
+
+    @classmethod
+    def of(cls, form: SchurForm, seed: int, index: int) -> ControlBasis:
+        Q = form.Q
+        d = Q.shape[0]
+        r = d if form.n_nonzero is None else int(form.n_nonzero)
+        g = np.random.default_rng([int(seed), int(index), BASIS_STREAM])
+        omega = g.standard_normal(d)
+        c = omega @ Q  # (d,)
+        mag = np.abs(c[:r])
+        phases = np.where(mag > 0, np.conj(c[:r]) / np.where(mag > 0, mag, 1.0), 1.0)
+        Q1, Q2 = Q[:, :r], Q[:, r:]
+        if r < d:
+            omega2 = g.standard_normal((d, d - r))
+            P1 = Q1.conj().T @ omega2  # (r, d − r)
+            Q2c, R2 = np.linalg.qr(omega2 - Q1 @ P1)  # (d, d − r), (d − r, d − r)
+            ph = np.diagonal(R2) / np.abs(np.diagonal(R2))  # unique QR: diag(R) > 0
+            Q2c, R2 = Q2c * ph[None], np.conj(ph)[:, None] * R2
+            U2 = Q2.conj().T @ Q2c
+        else:
+            P1 = np.zeros((r, 0), dtype=np.complex128)
+            Q2c, R2, U2 = Q2, np.zeros((0, 0), dtype=np.complex128), np.zeros((0, 0), dtype=np.complex128)
+        Qc = np.concatenate([Q1 * phases[None], Q2c], axis=1)
+        return cls(Q=Qc, phases=phases, c=c, U2=U2, P1=P1, R2=R2)
+
+    def rotation(self, W: np.ndarray) -> np.ndarray:
+        """W_c (d, d), skew-Hermitian: the first-order change δQ_c = Q_c W_c of the canonical basis under the
+        rotation Q' = Q(I + W) of LAPACK's (``schur_tangent``: W_ii = 0, the zero block frozen). W_c = DᴴWD
+        plus diag(iθ) on the non-zero modes (θ_j = −Im(φ_j (cᵀW)_j)/|c_j| keeps ωᵀq_j real) and, on the zero
+        block, δU = the Q-factor derivative of its projected Ω₂: with M = −U₂ᴴW₂₁P₁R₂⁻¹, δU = L − Lᴴ + i·Im diag M
+        (L the strictly lower part of M)."""
+        d = W.shape[0]
+        r = len(self.phases)
+        Wc = np.empty_like(W, dtype=np.complex128)
+        ph = self.phases
+        Wc[:r, :r] = np.conj(ph)[:, None] * W[:r, :r] * ph[None]
+        theta = -np.imag(ph * (self.c @ W[:, :r])) / np.where(np.abs(self.c[:r]) > 0, np.abs(self.c[:r]), 1.0)
+        Wc[np.arange(r), np.arange(r)] += 1j * theta
+        if r < d:
+            W21 = W[r:, :r]
+            Wc[r:, :r] = self.U2.conj().T @ W21 * ph[None]
+            Wc[:r, r:] = -Wc[r:, :r].conj().T
+            M = scipy.linalg.solve_triangular(self.R2.T, (-(self.U2.conj().T @ W21) @ self.P1).T, lower=True).T
+            L = np.tril(M, -1)
+            Wc[r:, r:] = L - L.conj().T + 1j * np.diag(np.imag(np.diagonal(M)))
+        return Wc
+
+
 # ---- first-order perturbation of the Schur form ------------------------------------------------------
 def triangular_sylvester(A: np.ndarray, B: np.ndarray, C: np.ndarray, block: int = 48) -> np.ndarray:
     """X with A X − X B = C for upper-triangular A (m, m), B (n, n) and C (K, m, n): recursive halving (Jonsson &
@@ -294,6 +363,7 @@ class SchurTangent:
     dlam: np.ndarray  # (K, d)
     dJ0: np.ndarray  # (K, d, d) complex64: δ(Q Λ Qᴴ)
     dnorm_rel: np.ndarray  # (K,) δ‖N‖_F / ‖N‖_F
+    dRr: np.ndarray | None = None  # (K, d, d) complex64: δR' of the random control (``control_tangent``)
 
 
 def schur_tangent(form: SchurForm, J: np.ndarray, deltas: np.ndarray, keep_rotation: bool = True) -> SchurTangent:
@@ -376,8 +446,9 @@ def order_spread(values: list[float]) -> tuple[float, float]:
 class SurgeryBoundary:
     """The operators of one boundary's surgery: J̄ (and its ``spectral_metrics``, as in spectra.tsv, where it was
     decomposed here), its Schur form in the canonical order, the normal part J₀, the own non-normal part
-    R = J̄ − J₀ (= Q N Qᴴ up to rounding) and the random control R' = Q N' Qᴴ (N' seeded by [seed, boundary
-    index]); J₀, R, N' and R' are formed when first read (a chain of the own N never draws N')."""
+    R = J̄ − J₀ (= Q N Qᴴ up to rounding) and the random control R' = Q_c N' Q_cᴴ (N' seeded by [seed, boundary
+    index], placed in the canonical basis Q_c of ``ControlBasis``); J₀, R, N' and R' are formed when first read
+    (a chain of the own N never draws N')."""
 
     J: np.ndarray
     form: SchurForm
@@ -385,6 +456,7 @@ class SurgeryBoundary:
     index: int
     eigen: dict | None = None
     device: str = "cpu"  # where the decompositions run (a torch device string)
+    Rr: np.ndarray | None = None  # R' = Q_c N' Q_cᴴ where a prep formed it (else formed when read)
 
     @classmethod
     def of(cls, J: np.ndarray, *, tol: float, sr_k: int, seed: int, index: int, device: str = "cpu") -> SurgeryBoundary:
@@ -407,8 +479,16 @@ class SurgeryBoundary:
         return random_strict_upper(self.J.shape[0], float(np.linalg.norm(self.form.N)), rng)
 
     @cached_property
+    def basis(self) -> ControlBasis:
+        """The canonical Schur basis of the random control (``ControlBasis``)."""
+        return ControlBasis.of(self.form, self.seed, self.index)
+
+    @cached_property
     def R_rand(self) -> np.ndarray:
-        return self.form.Q @ self.Nr @ self.form.Q.conj().T
+        if self.Rr is not None:  # formed by the prep
+            return self.Rr
+        Qc = self.basis.Q
+        return Qc @ self.Nr @ Qc.conj().T
 
     def non_normal(self, control: str) -> np.ndarray:
         """The strictly upper-triangular N of a control: the own N, or the random N'."""
@@ -416,7 +496,7 @@ class SurgeryBoundary:
 
     def operator(self, alpha: float, control: str, D: np.ndarray | None, tan: SchurTangent | None):
         """(J(α) of the control, its replicates' tangents or None): J̄ itself at α = 1 with the own N (its
-        tangents are D), J₀ + αR with δJ₀(1 − α) + αD, or J₀ + αR' with δR' = Q(W N' − N' W)Qᴴ + (δ‖N‖/‖N‖) R'."""
+        tangents are D), J₀ + αR with δJ₀(1 − α) + αD, or J₀ + αR' with δJ₀ + α δR' (``control_tangent``)."""
         if alpha == 1 and control == "none":
             return self.J, D
         if control == "none":
@@ -424,9 +504,8 @@ class SurgeryBoundary:
         M = self.J0 + alpha * self.R_rand
         if D is None:
             return M, None
-        Q64, Nr64 = self.form.Q.astype(np.complex64), self.Nr.astype(np.complex64)
-        rot = np.matmul(np.matmul(Q64, tan.W @ Nr64 - Nr64 @ tan.W), Q64.conj().T)
-        return M, (tan.dJ0 + alpha * (rot + tan.dnorm_rel[:, None, None] * self.R_rand)).astype(np.complex64)
+        dR = tan.dRr if tan.dRr is not None else control_tangent(self, tan)
+        return M, (tan.dJ0 + alpha * dR).astype(np.complex64)
 
     def boundary_metrics(self, alpha: float, control: str, which: str, *, sr_k: int, tol: float) -> dict | None:
         """The b_* columns of one (α, control) (None where `which` asks for none): spectra.tsv's row for J̄
@@ -436,6 +515,21 @@ class SurgeryBoundary:
         if which == "all" or (which == "own" and control == "none"):
             return boundary_metrics_at(self.form, self.non_normal(control), alpha, sr_k, tol, self.eigen, self.device)
         return None
+
+
+def control_tangent(b: SurgeryBoundary, tan: SchurTangent) -> np.ndarray:
+    """δR' (K, d, d) complex64 of the random control R' = Q_c N' Q_cᴴ for each replicate: Q_c(W_c N' − N' W_c)Q_cᴴ
+    + (δ‖N‖/‖N‖) R', W_c the canonical basis's rotation (``ControlBasis.rotation`` of the tangent's W), N' a
+    fixed draw rescaled to ‖N‖_F."""
+    if tan.W is None:
+        raise ValueError("the random control's tangent needs the Schur form's rotations (schur_tangent keep_rotation)")
+    Qc = b.basis.Q
+    Nr, R = b.Nr, b.R_rand
+    out = np.empty((len(tan.W), *R.shape), dtype=np.complex64)
+    for k, W in enumerate(tan.W):
+        Wc = b.basis.rotation(np.asarray(W, dtype=np.complex128))
+        out[k] = Qc @ (Wc @ Nr - Nr @ Wc) @ Qc.conj().T + tan.dnorm_rel[k] * R
+    return out
 
 
 def wants_interval(alpha: float, control: str, ci_controls) -> bool:
@@ -477,6 +571,7 @@ def prepare_boundary(
     boundary_metrics: str,
     orders: int,
     ci_controls,
+    order_alphas,
     device: str = "cpu",
 ) -> SurgeryPrep:
     """The per-boundary step of the surgery (the single job and the prep jobs run it): J̄'s metrics and Schur
@@ -484,11 +579,13 @@ def prepare_boundary(
     intervals) and the b_* metrics of every (α, control); the decompositions on `device`."""
     runs = schur_runs(alphas)
     b = SurgeryBoundary.of(J, tol=tol, sr_k=sr_k, seed=seed, index=index, device=device)
-    spread = int(orders) > 0 and any(a < 1 for a in schur_alphas(alphas))
+    spread = int(orders) > 0 and bool(schur_order_alphas(alphas, order_alphas))
     Y = order_eigenvectors(b.form) if spread else None
     tan = None
     if needs_tangent(runs, set(ci_controls), D is not None):
         tan = schur_tangent(b.form, b.J, D, keep_rotation="random" in set(ci_controls))
+        if tan.W is not None:  # the random control's tangent, once for every α (the rotations are then done)
+            tan.dRr, tan.W = control_tangent(b, tan), None
     metrics = [b.boundary_metrics(a, c, boundary_metrics, sr_k=sr_k, tol=tol) for a, c in runs]
     fro = {c: float(np.linalg.norm(b.non_normal(c))) for c in CONTROLS}
     return SurgeryPrep(b, Y, tan, {"boundary": name, "metrics": metrics, "fro": fro})
@@ -540,11 +637,15 @@ def step_chain(
     ci_level: float,
     device: str = "cpu",
     advance: bool = False,
+    variants=VARIANTS,
+    order_alphas,
 ):
     """One boundary's step of one chain of ``schur_chains`` (the single job and the chain jobs run it), its
     ProductChain(s) in `chains` (created at the first step). A run ("run", v, α, control): (erank, log‖C‖_F,
-    erank_ci_low, erank_ci_high), the interval nan without tangents; an order ("order", v, k): the erank at
-    each α < 1 of `alphas`, in order. New ProductChains compute on `device`.
+    erank_ci_low, erank_ci_high), the interval nan without tangents; an order ("order", k): per variant of
+    `variants` the erank at each α of `order_alphas` (``settings.schur_order_alphas``), in order, from one
+    reordering J₀^π. New ProductChains compute on `device`; the `update` products take the certified low-rank
+    singular values where they hold (``cumulative.certified_svd``).
 
     ``advance``: the products only (``ProductChain.advance``: the same operators, the same products in the same
     order as a step, no SVD; returns None): a chain segment's job runs it through the depths before its own
@@ -555,7 +656,7 @@ def step_chain(
         M, dM = st.operator(alpha, control)
         key = (v, alpha, control)
         if chains.get(key) is None:
-            chains[key] = ProductChain(tangent_floor(d), device)
+            chains[key] = ProductChain(tangent_floor(d), device, lowrank=v == "update")
         if advance:
             chains[key].advance(step_operator(M, v), dM)
             return None
@@ -564,26 +665,32 @@ def step_chain(
         if dM is not None:
             lo, hi = jackknife_interval(erank, reps, weights, ci_level, "log")
         return erank, log_norm, lo, hi
-    _, v, k = chain
-    J0k = st.order_normal_part(k)  # (d, d) one reordering for every α
+    _, k = chain
+    J0k = st.order_normal_part(k)  # (d, d) one reordering for every variant and α
     out = []
-    for a in (a for a in alphas if a < 1):
-        M = J0k if a == 0 else J0k + a * (st.b.J - J0k)
-        key = (v, a, k)
-        if chains.get(key) is None:
-            chains[key] = ProductChain(tangent_floor(d), device)
-        if advance:
-            chains[key].advance(step_operator(M, v))
-        else:
-            out.append(chains[key].step(step_operator(M, v))[0])  # singular values only
+    for v in variants:
+        row = []
+        for a in order_alphas:
+            M = J0k if a == 0 else J0k + a * (st.b.J - J0k)
+            key = (v, a, k)
+            if chains.get(key) is None:
+                chains[key] = ProductChain(tangent_floor(d), device, lowrank=v == "update")
+            if advance:
+                chains[key].advance(step_operator(M, v))
+            else:
+                row.append(chains[key].step(step_operator(M, v))[0])  # singular values only
+        out.append(row)
     return None if advance else out
 
 
-def surgery_rows(records: list[dict], results: dict, *, alphas: list[float], variants: list[str], orders: int):
+def surgery_rows(records: list[dict], results: dict, *, alphas: list[float], variants: list[str], orders: int,
+                 order_alphas):  # fmt: skip
     """The rows of schur.tsv from the boundaries' records (``SurgeryPrep.record``, depth order) and the chains'
-    results (chain -> its ``step_chain`` results, depth order), in the order one job composes them."""
+    results (chain -> its ``step_chain`` results, depth order), in the order one job composes them. The order
+    spread (erank_order_min/max) at the α of ``schur_order_alphas`` and at α = 1 (J̄ itself: min = max); nan
+    elsewhere."""
     alphas = schur_alphas(alphas)
-    spread = [a for a in alphas if a < 1]
+    spread = schur_order_alphas(alphas, order_alphas)
     rows = []
     for bi, rec in enumerate(records):
         for (alpha, control), bm in zip(schur_runs(alphas), rec["metrics"]):
@@ -596,7 +703,8 @@ def surgery_rows(records: list[dict], results: dict, *, alphas: list[float], var
                         omin, omax = (erank, erank)
                     elif alpha in spread:
                         at = spread.index(alpha)
-                        omin, omax = order_spread([results["order", v, k][bi][at] for k in range(int(orders))])
+                        vi = variants.index(v)
+                        omin, omax = order_spread([results["order", k][bi][vi][at] for k in range(int(orders))])
                 row |= {"erank_ci_low": lo, "erank_ci_high": hi, "erank_order_min": omin, "erank_order_max": omax}
                 row |= {"boundary": rec["boundary"], "log_norm": log_norm, "nonnormal_fro": rec["fro"][control]}
                 if bm is not None:
@@ -653,6 +761,7 @@ def schur_surgery(
     weights: np.ndarray | None = None,
     ci_level: float,
     ci_controls: Iterable[str],
+    order_alphas: Iterable[float] | None,
     snapshots: Snapshots = NO_SNAPSHOTS,
     device: str = "cpu",
 ) -> pd.DataFrame:
@@ -662,8 +771,8 @@ def schur_surgery(
     ``deviations`` (optional) maps boundary -> (K, d, d) replicate deviations of J̄_b, with their jackknife
     ``weights``: then erank_ci_low/high for the controls in ``ci_controls`` (nan for the others).
     ``orders`` K: erank_order_min/max, the range of the erank over K random orders of the non-zero modes
-    (``OrderSampler``), for the own N at α < 1 (α = 1 is J̄: min = max = erank; the random control's α > 0
-    rows and K = 0: nan). Extra columns: the boundary at that depth, log ‖C_n‖_F, the ‖N‖_F of the boundary
+    (``OrderSampler``), for the own N at the α of `order_alphas` (spectra.schur_order_alphas; α = 1 is J̄:
+    min = max = erank; the other α, the random control's α > 0 rows and K = 0: nan). Extra columns: the boundary at that depth, log ‖C_n‖_F, the ‖N‖_F of the boundary
     and every per-boundary metric of J_b(α), prefixed ``b_`` — for the matrix's own N (boundary_metrics
     ``own``), for the random control too (``all``) or never (``none``; nan); the eigenvalue-only ones and
     every one at α = 1 with the own N are ``spectral_metrics`` of J̄, as in spectra.tsv. α = 0 is the same
@@ -685,9 +794,11 @@ def schur_surgery(
     alphas = schur_alphas(alphas)
     variants = list(variants)
     ci_controls = set(ci_controls)
-    plan = schur_chains(alphas, orders, variants)
+    spread_alphas = schur_order_alphas(alphas, order_alphas)
+    plan = schur_chains(alphas, orders, variants, spread_alphas)
     chains = {(v, a, c): None for _, v, a, c in (ch for ch in plan if ch[0] == "run")}
-    spread = {(v, a, k): None for _, v, k in (ch for ch in plan if ch[0] == "order") for a in alphas if a < 1}
+    spread = {(v, a, k): None for _, k in (ch for ch in plan if ch[0] == "order") for v in variants
+              for a in spread_alphas}  # fmt: skip
     records, results = [], {ch: [] for ch in plan}
     last = snapshots.load()
     start = 0 if last is None else last["done"]
@@ -700,17 +811,18 @@ def schur_surgery(
         D = None if deviations is None else np.asarray(deviations[name])
         prep = prepare_boundary(name, jacobians[name], D, index=bi, seed=seed, tol=tol, sr_k=sr_k, alphas=alphas,
                                 boundary_metrics=boundary_metrics, orders=orders, ci_controls=ci_controls,
-                                device=device)  # fmt: skip
+                                order_alphas=spread_alphas, device=device)  # fmt: skip
         records.append(prep.record)
         st = BoundaryStep(prep.boundary, prep.tangent, D, prep.Y, orders, ci_controls)
         for ch in plan:
             held = chains if ch[0] == "run" else spread
             results[ch].append(step_chain(ch, held, st, alphas=alphas, weights=weights, ci_level=ci_level,
-                                          device=device))  # fmt: skip
+                                          device=device, variants=variants, order_alphas=spread_alphas))  # fmt: skip
         del st, prep
         snapshots.save(bi + 1, lambda: {"records": records, "results": results, "chains": _chain_states(chains),
                                         "orders": _chain_states(spread)})  # fmt: skip
         bar.update()
     bar.close()
-    rows = surgery_rows(records, results, alphas=alphas, variants=variants, orders=orders)
+    rows = surgery_rows(records, results, alphas=alphas, variants=variants, orders=orders,
+                        order_alphas=spread_alphas)  # fmt: skip
     return surgery_table(rows, variants)

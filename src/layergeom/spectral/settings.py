@@ -57,24 +57,43 @@ def schur_runs(alphas) -> list[tuple[float, str]]:
     return [(a, c) for c in SCHUR_CONTROLS for a in alphas if not (a == 0 and c == "random")]
 
 
-def schur_chains(alphas, orders: int, variants=SCHUR_VARIANTS) -> list[tuple]:
+def schur_order_alphas(alphas, order_alphas=None) -> list[float]:
+    """The α < 1 at which the random eigenvalue orders are composed (spectra.schur_order_alphas), in the order of
+    `alphas`: None (the default) α = 0 where the grid has it, else none; a list must hold only α of `alphas`
+    (α = 1 is J̄ itself: every order gives it, nothing to compose).
+
+    Raises ValueError naming the first α of `order_alphas` that `alphas` lacks."""
+    alphas = schur_alphas(alphas)
+    if order_alphas is None:
+        return [0.0] if 0.0 in alphas else []
+    wanted = schur_alphas(order_alphas)
+    for a in wanted:
+        if a not in alphas:
+            raise ValueError(
+                f"spectra.schur_order_alphas: {a:g} is not one of spectra.alphas {[float(x) for x in alphas]}; "
+                "list only α of the grid (or [] for no order spread)"
+            )
+    return [a for a in alphas if a < 1 and a in wanted]
+
+
+def schur_chains(alphas, orders: int, variants=SCHUR_VARIANTS, order_alphas=None) -> list[tuple]:
     """The product chains of schur.tsv, one job each when a checkpoint fans out: ``("run", variant, α, control)``
-    the cumulative J(α) of one operator, and ``("order", variant, k)`` the products of the k-th random order of
-    the non-zero modes at every α < 1 (one reordering J₀^π per boundary for its α; none without an α < 1).
-    Ordered as one job steps them: runs by (α, control) then variant, orders by k then variant, so that a
-    step's operator is formed once for the variants that follow it."""
+    the cumulative J(α) of one operator, and ``("order", k)`` the products of the k-th random order of the
+    non-zero modes, for every variant at every α of ``schur_order_alphas`` (one reordering J₀^π per boundary for
+    all of them; none without such an α). Ordered as one job steps them: runs by (α, control) then variant,
+    then the orders by k, so that a step's operator is formed once for the variants that follow it."""
     alphas = schur_alphas(alphas)
     runs = [("run", v, a, c) for a, c in schur_runs(alphas) for v in variants]
-    spread = [a for a in alphas if a < 1]
-    return runs + ([("order", v, k) for k in range(int(orders)) for v in variants] if spread else [])
+    spread = schur_order_alphas(alphas, order_alphas)
+    return runs + ([("order", k) for k in range(int(orders))] if spread else [])
 
 
 def schur_chain_name(chain: tuple) -> str:
-    """A chain's name in file names and the rule's wildcard: ``update_none_a0.5``, ``full_order3``."""
+    """A chain's name in file names and the rule's wildcard: ``update_none_a0.5``, ``order3``."""
     if chain[0] == "run":
         _, v, a, c = chain
         return f"{v}_{c}_a{a!r}"
-    return f"{chain[1]}_order{int(chain[2])}"
+    return f"order{int(chain[1])}"
 
 
 def schur_chain_segment_name(name: str, segment: int, segments: int) -> str:
