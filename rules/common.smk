@@ -722,7 +722,7 @@ def get_final_output(wildcards=None):
 # names per model. Memory and runtime double on each retry (attempt).
 import math
 
-from layergeom.modelinfo import configured_source
+from layergeom.modelinfo import check_d_model, configured_source, gguf_config
 from snakemake.logging import logger
 
 from layergeom.resources import (
@@ -757,16 +757,30 @@ _WIDTHS = {}
 
 
 def model_width(model):
-    """The hidden width d: from the model's config where readable without a download, else the model's `d_model`
-    key (checked against the config where both are there: complete_model), else None (cached per model).
-    """
+    """The hidden width d: from the model's config where readable without a download (configured_source; a
+    config or train model's hf_config; the GGUF file the pinned wheels gave), else the model's `d_model` key
+    (refused where it contradicts the config), else None (cached per model). An unreadable config counts as
+    none here: materialize reports it."""
     if model not in _WIDTHS:
+        m = model_cfg(model)
         try:
-            cfg, _ = configured_source(model, model_cfg(model))
+            cfg, where = configured_source(model, m)
+            if cfg is None and m["source"] in ("config", "train"):
+                cfg, where = m["hf_config"], f"models.{model}.hf_config"
+            elif (
+                cfg is None
+                and m["source"] == "gguf"
+                and os.path.isfile(gguf_file(model))
+            ):
+                cfg, where = gguf_config(gguf_file(model)), gguf_file(model)
         except LayergeomError:
-            cfg = None
+            cfg, where = None, None
         width = config_width(cfg) if cfg else None
-        _WIDTHS[model] = width or model_cfg(model).get("d_model")
+        try:
+            check_d_model(model, m.get("d_model"), width, where)
+        except LayergeomError as err:
+            raise WorkflowError(str(err))
+        _WIDTHS[model] = width or m.get("d_model")
     return _WIDTHS[model]
 
 
