@@ -4,6 +4,7 @@ its dry run shows each heavy job's real request (mem_mb, runtime) before any dow
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 import re
@@ -219,3 +220,34 @@ def test_width_unknown_is_named_and_d_model_sizes_the_jobs(tmp_path):
         requests[d_model] = {j["rule"]: (int(j["resources"]["mem_mb"]), int(j["resources"]["runtime"])) for j in jobs}
     assert set(requests[None].values()) == {(MIN_MB, UNKNOWN_MINUTES)}
     assert (MIN_MB, UNKNOWN_MINUTES) not in requests[2048].values()
+
+
+def test_papers_shape_report_flags_a_job_over_its_request(tmp_path):
+    """bench/papers_shape.py: a job's request comes from the run's log (matched by its benchmark path), its peak is
+    the larger of the sampled max_rss and the monitor's VmHWM, and a job over its runtime or mem_mb is flagged."""
+    from conftest import load_script
+
+    ps = load_script(ROOT / "bench" / "papers_shape.py")
+    bench = tmp_path / "benchmarks"
+    head = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    rows = {"spectra_table_part/m/init/0": (100.0, 900.0), "spectra_table_part/m/init/1": (700.0, 500.0),
+            "topology_graph_m_block0/init/0": (50.0, 400.0), "windows/m": (5.0, 100.0)}  # fmt: skip
+    for name, (s, rss) in rows.items():
+        (bench / name).parent.mkdir(parents=True, exist_ok=True)
+        (bench / f"{name}.tsv").write_text(head + f"{s}\t0:00:00\t{rss}\t0\t0\t0\t0\t0\t0\t{s}\n")
+    log = tmp_path / ".snakemake" / "log"
+    log.mkdir(parents=True)
+    jobs = [(f"rule {n.split('/')[0]}:", f"benchmarks/{n}.tsv") for n in rows if not n.startswith("windows")]
+    (log / "x.snakemake.log").write_text("".join(
+        f"{r}\n    benchmark: {b}\n    resources: tmpdir=/tmp, runtime=10, mem_mb=1000, mem_mib=954\n\n"
+        for r, b in jobs))  # fmt: skip
+    end = (bench / "topology_graph_m_block0/init/0.tsv").stat().st_mtime
+    peak = {"pid": 1, "script": "topology_graph", "start": end - 40, "hwm_mib": 2000.0}  # the graph job's process
+    (tmp_path / "peaks.jsonl").write_text(json.dumps(peak) + "\n")
+    out = tmp_path / "report.md"
+    assert ps.report(tmp_path, out) == 1
+    text = out.read_text()
+    assert "**2 exceed it**" in text and "4 jobs" in text and "3 jobs carry a request" in text
+    over = {ln.split("|")[1].strip(" `"): ln.split("|")[-2].strip(" *") for ln in text.splitlines() if "| `" in ln}
+    assert over == {"spectra_table_part/m/init/0": "", "spectra_table_part/m/init/1": "runtime",
+                    "topology_graph_m_block0/init/0": "mem_mb", "windows/m": ""}  # fmt: skip
