@@ -79,8 +79,10 @@ def _job_processes(run_dir: Path) -> dict[int, dict]:
 
 
 def monitor(run_dir: Path, interval: float = 2.0, once: bool = False) -> None:
-    """Every `interval` s, read the VmHWM of each job process of `run_dir`; append its record to peaks.jsonl when
-    the process is gone. Runs until killed (a killed monitor loses only the live processes' records)."""
+    """Every `interval` s, read the VmHWM (the kernel's peak RSS, files mapped into memory included) and the
+    anonymous RSS (RssAnon: the job's own arrays, its largest sample kept) of each job process of `run_dir`; append
+    its record to peaks.jsonl when the process is gone. Runs until killed (a killed monitor loses only the live
+    processes' records)."""
     run_dir = run_dir.resolve()
     seen: dict[tuple[int, float], dict] = {}
     out = run_dir / "peaks.jsonl"
@@ -88,10 +90,11 @@ def monitor(run_dir: Path, interval: float = 2.0, once: bool = False) -> None:
         live = _job_processes(run_dir)
         now = time.time()
         for pid, p in live.items():
-            hwm = _status_kb(pid, "VmHWM")
-            rec = seen.setdefault((pid, p["start"]), {"pid": pid, **p, "hwm_mib": 0.0})
-            if hwm is not None:
-                rec["hwm_mib"] = max(rec["hwm_mib"], hwm / 1024)
+            rec = seen.setdefault((pid, p["start"]), {"pid": pid, **p, "hwm_mib": 0.0, "anon_mib": 0.0})
+            for key, field in (("VmHWM", "hwm_mib"), ("RssAnon", "anon_mib")):
+                kb = _status_kb(pid, key)
+                if kb is not None:
+                    rec[field] = max(rec[field], kb / 1024)
             rec["last_seen"] = now
         gone = [k for k in seen if k[0] not in live or (k[0], live[k[0]]["start"]) != k]
         if gone:
@@ -113,6 +116,7 @@ class Job:
     rss: float  # Snakemake's sampled max_rss (MiB)
     end: float  # the benchmark file's mtime
     hwm: float = math.nan  # the monitor's peak (MiB)
+    anon: float = math.nan  # the monitor's largest anonymous RSS (MiB)
     runtime: float = math.nan  # requested minutes
     mem_mib: float = math.nan  # requested memory (MiB)
 
@@ -127,7 +131,9 @@ class Job:
         if not math.isnan(self.runtime) and self.seconds > 60 * self.runtime:
             out.append("runtime")
         if not math.isnan(self.mem_mib) and self.peak > self.mem_mib:
-            out.append("mem_mb")
+            # over by pages of files it maps (the activation store it writes, the arrays it reads), which the
+            # kernel can drop or write back under a memory limit, or by its own arrays
+            out.append("mem_mb" if not self.anon <= self.mem_mib else "mem_mb (mapped files)")
         return out
 
 
@@ -192,9 +198,10 @@ def attach(jobs: list[Job], requests: dict, peaks: list[dict], slack: float = 5.
         r = requests.get(j.bench, {})
         j.runtime, j.mem_mib = _num(r.get("runtime")), _num(r.get("mem_mib"))
         start = j.end - j.seconds
-        mine = [p["hwm_mib"] for p in peaks if p["script"] == script_of(j.rule)
+        mine = [p for p in peaks if p["script"] == script_of(j.rule)
                 and p["start"] >= start - slack and p["start"] <= j.end + slack]  # fmt: skip
-        j.hwm = max(mine) if mine else math.nan
+        j.hwm = max((p["hwm_mib"] for p in mine), default=math.nan)
+        j.anon = max((p.get("anon_mib", math.nan) for p in mine), default=math.nan)
 
 
 def _fmt(x: float, digits: int = 0) -> str:
@@ -221,19 +228,22 @@ def to_markdown(jobs: list[Job], run_dir: Path, n_peaks: int) -> str:
         + (": " + ", ".join(f"`{_job_name(j)}` ({' and '.join(j.over)})" for j in over) if over else "")
         + ".",
         f"Peak RSS: the larger of Snakemake's sampled `max_rss` and the kernel's high-water mark (VmHWM) of the "
-        f"job's processes ({n_peaks} process records from `bench/papers_shape.py monitor`; `—` where none). "
-        "Memory in MiB; `mem_mb` shown as MiB (`mem_mib`).",
+        f"job's processes ({n_peaks} process records from `bench/papers_shape.py monitor`; `—` where none); both "
+        "count the pages of files a job maps (the activation store it writes, the group means it reads), as "
+        "`layergeom.resources` does. Anon: the largest anonymous RSS the monitor sampled (every 2 s), the job's "
+        "own arrays; a job over its mem_mb by mapped pages alone is marked so. Memory in MiB; `mem_mb` shown as "
+        "MiB (`mem_mib`).",
         "",
-        "| job | wall s | runtime (min) | wall / runtime | CPU s | peak RSS (MiB) | sampled max_rss | mem_mb (MiB) "
-        "| peak / mem | over |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| job | wall s | runtime (min) | wall / runtime | CPU s | peak RSS (MiB) | sampled max_rss | anon "
+        "| mem_mb (MiB) | peak / mem | over |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for j in sorted(jobs, key=lambda j: j.end - j.seconds):
         wr = j.seconds / (60 * j.runtime) if j.runtime else math.nan
         mr = j.peak / j.mem_mib if j.mem_mib else math.nan
         lines.append(
             f"| `{_job_name(j)}` | {_fmt(j.seconds)} | {_fmt(j.runtime)} | {_fmt(wr, 2)} | {_fmt(j.cpu)} | "
-            f"{_fmt(j.peak)} | {_fmt(j.rss)} | {_fmt(j.mem_mib)} | {_fmt(mr, 2)} | "
+            f"{_fmt(j.peak)} | {_fmt(j.rss)} | {_fmt(j.anon)} | {_fmt(j.mem_mib)} | {_fmt(mr, 2)} | "
             f"{'**' + ', '.join(j.over) + '**' if j.over else ''} |"
         )
     return "\n".join(lines) + "\n"

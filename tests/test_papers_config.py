@@ -242,12 +242,16 @@ def test_papers_shape_report_flags_a_job_over_its_request(tmp_path):
         f"{r}\n    benchmark: {b}\n    resources: tmpdir=/tmp, runtime=10, mem_mb=1000, mem_mib=954\n\n"
         for r, b in jobs))  # fmt: skip
     end = (bench / "topology_graph_m_block0/init/0.tsv").stat().st_mtime
-    peak = {"pid": 1, "script": "topology_graph", "start": end - 40, "hwm_mib": 2000.0}  # the graph job's process
-    (tmp_path / "peaks.jsonl").write_text(json.dumps(peak) + "\n")
+    os.utime(bench / "spectra_table_part/m/init/1.tsv", (end - 3000, end - 3000))  # ran before part 0
+    peaks = [  # a graph process over the request by its own arrays, part 0's by the files it maps
+        {"pid": 1, "script": "topology_graph", "start": end - 40, "hwm_mib": 2000.0, "anon_mib": 1500.0},
+        {"pid": 2, "script": "spectra_table_part", "start": end - 90, "hwm_mib": 1200.0, "anon_mib": 800.0},
+    ]
+    (tmp_path / "peaks.jsonl").write_text("".join(json.dumps(p) + "\n" for p in peaks))
     out = tmp_path / "report.md"
     assert ps.report(tmp_path, out) == 1
     text = out.read_text()
-    assert "**2 exceed it**" in text and "4 jobs" in text and "3 jobs carry a request" in text
+    assert "**3 exceed it**" in text and "4 jobs" in text and "3 jobs carry a request" in text
     over = {ln.split("|")[1].strip(" `"): ln.split("|")[-2].strip(" *") for ln in text.splitlines() if "| `" in ln}
-    assert over == {"spectra_table_part/m/init/0": "", "spectra_table_part/m/init/1": "runtime",
+    assert over == {"spectra_table_part/m/init/0": "mem_mb (mapped files)", "spectra_table_part/m/init/1": "runtime",
                     "topology_graph_m_block0/init/0": "mem_mb", "windows/m": ""}  # fmt: skip
