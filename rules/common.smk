@@ -221,12 +221,13 @@ def tokenizer_dir(model):
 
 
 def materialize_cfg(model, checkpoint):
-    """What one checkpoint's weights depend on: not its siblings, the overrides or the label (so editing
-    those, or adding a checkpoint, reruns nothing that exists)."""
+    """What one checkpoint's weights depend on: not its siblings, the overrides, the label or d_model (which only
+    sizes jobs), so editing those, or adding a checkpoint, reruns nothing that exists.
+    """
     cfg = {
         k: v
         for k, v in model_cfg(model).items()
-        if k not in ("checkpoints", "overrides", "label")
+        if k not in ("checkpoints", "overrides", "label", "d_model")
     }
     return {
         **cfg,
@@ -722,16 +723,21 @@ def get_final_output(wildcards=None):
 # Sized from d (d_model), G (spectra.n_groups) and the boundaries a job loops over; read from the job's inputs
 # once they exist (the .npy headers, the store's store.json: what the job really reads), else from the model's
 # config where it is readable at DAG time (hf_config, a local config.json, GGUF metadata, the download rule's
-# or the Hugging Face cache's config.json); with no width at hand the floor (a dry run of an uncached hub
-# model). Memory and runtime double on each retry (attempt).
+# or the Hugging Face cache's config.json), else from the model's `d_model` key; with no width at hand the
+# fallback (MIN_MB, UNKNOWN_MINUTES: a dry run of an uncached hub model without d_model), which the DAG build
+# names per model. Memory and runtime double on each retry (attempt).
 import math
 
-from layergeom.modelinfo import configured_source
+from layergeom.modelinfo import check_d_model, configured_source, gguf_config
+from snakemake.logging import logger
+
 from layergeom.resources import (
     FIGURE_MB,
     FIGURE_MINUTES,
     GATHER_MB,
     GATHER_MINUTES,
+    MIN_MB,
+    UNKNOWN_MINUTES,
     config_width,
     convergence_subset_mem_mb,
     convergence_subset_runtime_min,
@@ -757,14 +763,50 @@ _WIDTHS = {}
 
 
 def model_width(model):
-    """d_model from the model's config where readable without a download, else None (cached per model)."""
+    """The hidden width d: from the model's config where readable without a download (configured_source; a
+    config or train model's hf_config; the GGUF file the pinned wheels gave), else the model's `d_model` key
+    (refused where it contradicts the config), else None (cached per model). An unreadable config counts as
+    none here: materialize reports it."""
     if model not in _WIDTHS:
+        m = model_cfg(model)
         try:
-            cfg, _ = configured_source(model, model_cfg(model))
+            cfg, where = configured_source(model, m)
+            if cfg is None and m["source"] in ("config", "train"):
+                cfg, where = m["hf_config"], f"models.{model}.hf_config"
+            elif (
+                cfg is None
+                and m["source"] == "gguf"
+                and os.path.isfile(gguf_file(model))
+            ):
+                cfg, where = gguf_config(gguf_file(model)), gguf_file(model)
         except LayergeomError:
-            cfg = None
-        _WIDTHS[model] = config_width(cfg) if cfg else None
+            cfg, where = None, None
+        width = config_width(cfg) if cfg else None
+        try:
+            check_d_model(model, m.get("d_model"), width, where)
+        except LayergeomError as err:
+            raise WorkflowError(str(err))
+        _WIDTHS[model] = width or m.get("d_model")
     return _WIDTHS[model]
+
+
+def width_fallback_notice(model):
+    """The DAG build's line for a model whose width is not known yet: its spectral and topology jobs ask for the
+    fallback request until their inputs exist (None when the width is known)."""
+    if model_width(model) is not None:
+        return None
+    return (
+        f"models.{model}: width unknown (no config.json at hand, no d_model): its spectral and topology jobs "
+        f"ask for the fallback mem_mb={MIN_MB}, runtime={UNKNOWN_MINUTES} until their inputs exist; set "
+        f"models.{model}.d_model to size them before the download"
+    )
+
+
+# once per DAG build (not again in each cluster job, which parses the workflow too)
+if not workflow.remote_exec:
+    for _m in MODELS:
+        if width_fallback_notice(_m):
+            logger.warning(width_fallback_notice(_m))
 
 
 def spectra_sizes(model, input, n_boundaries=None):

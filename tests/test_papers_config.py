@@ -1,7 +1,11 @@
-"""config/papers.yaml, the full reproduction of both papers: its DAG builds offline and fans out as the config says."""
+"""config/papers.yaml, the full reproduction of both papers: its DAG builds offline, fans out as the config says, and
+its dry run shows each heavy job's real request (mem_mb, runtime) before any download."""
 
 from __future__ import annotations
 
+import copy
+import json
+import math
 import os
 import re
 import subprocess
@@ -13,6 +17,30 @@ from conftest import ROOT
 
 PAPERS = ROOT / "config" / "papers.yaml"
 sys.path.insert(0, str(ROOT / "src"))
+
+from layergeom import config as lgconfig  # noqa: E402
+from layergeom.modelinfo import complete_model  # noqa: E402
+from layergeom.names import boundaries_for  # noqa: E402
+from layergeom.resources import MIN_MB, UNKNOWN_MINUTES, convergence_subsets  # noqa: E402
+from layergeom.runtime import LayergeomError  # noqa: E402
+
+#: the papers' 8B checkpoints (Paper B at d = 4096), whose spectral and topology work must fan out
+PAPERS_8B = ("llama-3.1-8b", "olmo-3-7b")
+#: the per-checkpoint jobs whose mem_mb and runtime follow the model's width d (rules/common.smk, "resources of
+#: the spectral tables and the topology jobs"); the gathers, trends and figures ask for constants
+HEAVY = re.compile(
+    r"spectra_(table|cumulative|schur|convergence)(_part|_variant|_prep|_chain|_subset)?|topology_graph_\w+|topology_coupling"
+)
+#: the DAG build's line for a model whose width is unknown (rules/common.smk width_fallback_notice)
+NOTICE = re.compile(r"models\.(\S+): width unknown")
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "NO_PROXY": "",
+}
 
 
 def job_stats(text: str) -> dict[str, int]:
@@ -27,30 +55,47 @@ def job_stats(text: str) -> dict[str, int]:
     return counts
 
 
+def dry_run_jobs(text: str) -> list[dict]:
+    """The jobs a (not quiet) snakemake dry run prints: rule, model and checkpoint (from the first output's path
+    results/{model}/{checkpoint}/...; None for other outputs), and the resources as strings."""
+    jobs, job = [], None
+    for line in text.splitlines():
+        m = re.fullmatch(r"(?:local)?rule (\S+):", line)
+        if m:
+            job = {"rule": m.group(1), "model": None, "checkpoint": None, "resources": {}}
+            jobs.append(job)
+        elif job is not None and line.startswith("    "):
+            key, _, value = line.strip().partition(": ")
+            if key == "output":
+                path = re.match(r"results/([^/]+)/([^/]+)/", value)
+                job["model"], job["checkpoint"] = path.groups() if path else (None, None)
+            elif key == "resources":
+                job["resources"] = dict(kv.split("=", 1) for kv in value.split(", ") if "=" in kv)
+        else:
+            job = None
+    return jobs
+
+
+def dry_run(configfile, wd, *targets, quiet=False) -> str:
+    """`snakemake -n` on a config with the network made unusable (hub, proxies and all): its printed text."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(wd),
+           "--configfile", str(configfile), "-n", "--cores", "2", *(["--quiet", "rules"] if quiet else []),
+           *targets]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **OFFLINE}, timeout=900)
+    assert res.returncode == 0, f"dry run failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    assert not (wd / "results").exists() and not (wd / "resources").exists(), "a dry run wrote outputs"
+    return res.stdout + res.stderr
+
+
 @pytest.fixture(scope="module")
 def papers():
     return yaml.safe_load(PAPERS.read_text())
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    """`snakemake -n` on the papers' config with the network made unusable: hub, proxies and all."""
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HTTP_PROXY": "http://127.0.0.1:9",
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "NO_PROXY": "",
-    }
-    wd = tmp_path_factory.mktemp("papers")
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(wd),
-           "--configfile", str(PAPERS), "-n", "--cores", "2", "--quiet", "rules"]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
-    assert res.returncode == 0, f"dry run failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    assert not (wd / "results").exists() and not (wd / "resources").exists(), "a dry run wrote outputs"
-    return job_stats(res.stdout + res.stderr)
+def papers_dry_run(tmp_path_factory):
+    """The papers' whole DAG, printed job by job (one dry run for the tests below: ~5000 jobs, 1-2 minutes)."""
+    return dry_run(PAPERS, tmp_path_factory.mktemp("papers"))
 
 
 def test_papers_models_and_checkpoints(papers):
@@ -69,26 +114,144 @@ def test_papers_models_and_checkpoints(papers):
     olmo = models["olmo-3-7b"]["checkpoints"]
     assert all(c["revision"].startswith("stage1-step") for k, c in olmo.items() if k != "init")
     assert "stage1-step0" in olmo and len(olmo) == 4  # init and the three checkpoints of Paper B, step 0 included
+    # every model's width is declared, so that a dry run sizes its jobs before any download
+    assert all(isinstance(m.get("d_model"), int) and m["d_model"] > 0 for m in models.values())
+    assert (papers["spectra"].get("boundaries_per_job") or 0) > 0, "the papers' config does not fan out"
+
+
+def test_d_model_contradicting_config_is_refused():
+    """A declared d_model is checked against the model's config where that is readable: one line naming both."""
+    hf = {"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "intermediate_size": 64}  # fmt: skip
+    model = {"source": "config", "family": "llama", "hf_config": hf, "checkpoints": {"init": {"init": True}}}
+    complete_model("m", {**copy.deepcopy(model), "d_model": 32})
+    with pytest.raises(LayergeomError) as err:
+        complete_model("m", {**copy.deepcopy(model), "d_model": 64})
+    assert "models.m: d_model 64 contradicts" in str(err.value) and "d_model: 32" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def _counts(papers: dict) -> dict:
+    """What the papers' fan-out implies per model: checkpoints, boundaries, blocks and convergence subsets."""
+    cfg = lgconfig.validate(copy.deepcopy(papers))
+    n = cfg["spectra"]["boundaries_per_job"]
+    out = {}
+    for m, mc in cfg["models"].items():
+        spectra = lgconfig.model_section(cfg, m, "spectra")
+        B = len(boundaries_for(mc["family"], mc["n_layers"]))
+        subsets = convergence_subsets(spectra["n_groups"], B, spectra)
+        out[m] = {"ck": len(mc["checkpoints"]), "B": B, "blocks": math.ceil(B / n), "subsets": subsets}
+    return out
 
 
 @pytest.mark.dag
-def test_papers_dag_fans_out_offline(papers, dry_run):
-    """Per-checkpoint and per-layer job counts equal what the config implies."""
-    models = papers["models"]
-    n_ck = {m: len(c["checkpoints"]) for m, c in models.items()}
+def test_papers_dag_fans_out_offline(papers, papers_dry_run):
+    """Per-checkpoint, per-layer and per-block job counts equal what the config implies."""
+    stats = job_stats(papers_dry_run)
+    models, counts = papers["models"], _counts(papers)
+    n_ck = {m: c["ck"] for m, c in counts.items()}
     per_checkpoint = sum(n_ck.values())
     per_layer = sum(n_ck[m] * c["n_layers"] for m, c in models.items())
-    assert dry_run["materialize"] == dry_run["activations"] == dry_run["manifest"] == per_checkpoint
-    assert dry_run["windows"] == len(models)
+    assert stats["materialize"] == stats["activations"] == stats["manifest"] == per_checkpoint
+    assert stats["windows"] == len(models)
     # each hub revision is downloaded once, on the submitting host (`download` is a local rule)
-    assert dry_run["download"] == sum(
+    assert stats["download"] == sum(
         1 for m in models.values() for c in m["checkpoints"].values() if not (c or {}).get("init")
     )
-    assert dry_run["tokenwise_fit"] == per_layer
-    for rule in ("tokenwise_kl", "tokenwise_summary", "spectra_table", "topology_coupling"):
-        assert dry_run[rule] == per_checkpoint, rule
-    for stage in ("spectra_jacobians", "topology_graph"):  # one rule per model, with every boundary's file
-        for m in models:
-            assert dry_run[f"{stage}_{re.sub(r'[^A-Za-z0-9_]', '_', m)}"] == n_ck[m], (stage, m)
-    assert dry_run["total"] == sum(v for k, v in dry_run.items() if k != "total")
-    print(f"papers.yaml: {dry_run['total']} jobs ({per_checkpoint} model checkpoints)")
+    assert stats["tokenwise_fit"] == per_layer
+    for rule in ("tokenwise_kl", "tokenwise_summary", "topology_coupling", "spectra_table_gather",
+                 "spectra_schur_gather", "spectra_cumulative_gather", "spectra_convergence_gather"):  # fmt: skip
+        assert stats[rule] == per_checkpoint, rule
+    # every model fans out: no single-job tables
+    assert not {"spectra_table", "spectra_schur", "spectra_cumulative", "spectra_convergence"} & set(stats)
+    blocks = sum(n_ck[m] * c["blocks"] for m, c in counts.items())
+    assert stats["spectra_table_part"] == stats["spectra_schur_prep"] == blocks
+    assert stats["spectra_cumulative_variant"] == 2 * per_checkpoint  # update, full
+    assert stats["spectra_convergence_subset"] == sum(n_ck[m] * c["subsets"] for m, c in counts.items())
+    chains = stats["spectra_schur_chain"]  # the same chains for every checkpoint, each in chain_segments jobs
+    assert chains % per_checkpoint == 0 and chains >= papers["spectra"]["chain_segments"] * per_checkpoint
+    for m, c in counts.items():
+        rule = re.sub(r"[^A-Za-z0-9_]", "_", m)
+        assert stats[f"spectra_jacobians_{rule}"] == n_ck[m], m  # one rule per model, every boundary's file
+        for k in range(c["blocks"]):  # a graph rule per block of boundaries
+            assert stats[f"topology_graph_{rule}_block{k}"] == n_ck[m], (m, k)
+        assert f"topology_graph_{rule}_block{c['blocks']}" not in stats
+    assert stats["total"] == sum(v for k, v in stats.items() if k != "total")
+    print(f"papers.yaml: {stats['total']} jobs ({per_checkpoint} model checkpoints)")
+
+
+@pytest.mark.dag
+def test_papers_8b_requests_are_real(papers, papers_dry_run):
+    """Each 8B checkpoint plans at least 16 spectral/topology jobs, and none of them asks for the fallback request
+    of a width not known yet (mem_mb=MIN_MB with runtime=UNKNOWN_MINUTES): the dry run sizes them from d_model."""
+    assert not NOTICE.findall(papers_dry_run), "a model of the papers' config has no known width"
+    heavy = [j for j in dry_run_jobs(papers_dry_run) if HEAVY.fullmatch(j["rule"]) and j["model"] in PAPERS_8B]
+    for m in PAPERS_8B:
+        for c in papers["models"][m]["checkpoints"]:
+            jobs = [j for j in heavy if (j["model"], j["checkpoint"]) == (m, c)]
+            assert len(jobs) >= 16, f"{m}/{c}: {len(jobs)} spectral/topology jobs, fewer than 16"
+            for j in jobs:
+                r = j["resources"]
+                assert "mem_mb" in r and "runtime" in r, (m, c, j["rule"], r)
+                fallback = (int(r["mem_mb"]), int(r["runtime"])) == (MIN_MB, UNKNOWN_MINUTES)
+                assert not fallback, f"{m}/{c} {j['rule']}: the fallback request {r}"
+
+
+@pytest.mark.dag
+def test_width_unknown_is_named_and_d_model_sizes_the_jobs(tmp_path):
+    """A hub model whose config.json is not at hand: the DAG build names it and its heavy jobs ask for the fallback;
+    with d_model set, no notice and real requests (a one-model, two-boundary dry run)."""
+    model = {"source": "hub", "id": "layergeom-test/not-cached", "family": "gpt_neox", "n_layers": 2,
+             "checkpoints": {"init": {"init": True}, "trained": {"revision": "main"}}}  # fmt: skip
+    targets = ["results/m/trained/spectra.tsv", "results/m/trained/coupling.tsv"]
+    requests = {}
+    for d_model in (None, 2048):
+        cfg = {
+            "corpus": {"source": "python-docs"},
+            "models": {"m": {**model, **({"d_model": d_model} if d_model else {})}},
+        }
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+        text = dry_run(tmp_path / "c.yaml", tmp_path / f"wd{d_model}", *targets)
+        assert NOTICE.findall(text) == ([] if d_model else ["m"]), text[-2000:]
+        if not d_model:
+            assert "models.m.d_model" in text
+        jobs = [j for j in dry_run_jobs(text) if HEAVY.fullmatch(j["rule"])]
+        assert {j["rule"] for j in jobs} >= {"spectra_table", "topology_coupling", "topology_graph_m"}
+        requests[d_model] = {j["rule"]: (int(j["resources"]["mem_mb"]), int(j["resources"]["runtime"])) for j in jobs}
+    assert set(requests[None].values()) == {(MIN_MB, UNKNOWN_MINUTES)}
+    assert (MIN_MB, UNKNOWN_MINUTES) not in requests[2048].values()
+
+
+def test_papers_shape_report_flags_a_job_over_its_request(tmp_path):
+    """bench/papers_shape.py: a job's request comes from the run's log (matched by its benchmark path), its peak is
+    the larger of the sampled max_rss and the monitor's VmHWM, and a job over its runtime or mem_mb is flagged."""
+    from conftest import load_script
+
+    ps = load_script(ROOT / "bench" / "papers_shape.py")
+    bench = tmp_path / "benchmarks"
+    head = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    rows = {"spectra_table_part/m/init/0": (100.0, 900.0), "spectra_table_part/m/init/1": (700.0, 500.0),
+            "topology_graph_m_block0/init/0": (50.0, 400.0), "windows/m": (5.0, 100.0)}  # fmt: skip
+    for name, (s, rss) in rows.items():
+        (bench / name).parent.mkdir(parents=True, exist_ok=True)
+        (bench / f"{name}.tsv").write_text(head + f"{s}\t0:00:00\t{rss}\t0\t0\t0\t0\t0\t0\t{s}\n")
+    log = tmp_path / ".snakemake" / "log"
+    log.mkdir(parents=True)
+    jobs = [(f"rule {n.split('/')[0]}:", f"benchmarks/{n}.tsv") for n in rows if not n.startswith("windows")]
+    (log / "x.snakemake.log").write_text("".join(
+        f"{r}\n    benchmark: {b}\n    resources: tmpdir=/tmp, runtime=10, mem_mb=1000, mem_mib=954\n\n"
+        for r, b in jobs))  # fmt: skip
+    end = (bench / "topology_graph_m_block0/init/0.tsv").stat().st_mtime
+    os.utime(bench / "spectra_table_part/m/init/1.tsv", (end - 3000, end - 3000))  # ran before part 0
+    peaks = [  # a graph process over the request by its own arrays, part 0's by the files it maps
+        {"pid": 1, "script": "topology_graph", "start": end - 40, "hwm_mib": 2000.0, "anon_mib": 1500.0},
+        {"pid": 2, "script": "spectra_table_part", "start": end - 90, "hwm_mib": 1200.0, "anon_mib": 800.0},
+    ]
+    (tmp_path / "peaks.jsonl").write_text("".join(json.dumps(p) + "\n" for p in peaks))
+    out = tmp_path / "report.md"
+    assert ps.report(tmp_path, out) == 1
+    text = out.read_text()
+    assert "**3 exceed it**" in text and "4 jobs" in text and "3 jobs carry a request" in text
+    over = {ln.split("|")[1].strip(" `"): ln.split("|")[-2].strip(" *") for ln in text.splitlines() if "| `" in ln}
+    assert over == {"spectra_table_part/m/init/0": "mem_mb (mapped files)", "spectra_table_part/m/init/1": "runtime",
+                    "topology_graph_m_block0/init/0": "mem_mb", "windows/m": ""}  # fmt: skip

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 from conftest import ROOT, load_script
 
 sys.path.insert(0, str(ROOT / "src"))
@@ -275,7 +276,15 @@ LLAMA_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4
 
 def papers_dry_run(wd, *args, configs=(("llama-3.1-8b", LLAMA_CONFIG),)) -> list[tuple[str, dict, dict]]:
     """`snakemake -n` on the papers' config offline in `wd`, with each (model, config.json) of `configs` where
-    the download rule puts it (its width known at DAG time, as once downloaded); `dry_run_jobs` of its output."""
+    the download rule puts it (its width known at DAG time, as once downloaded); `dry_run_jobs` of its output.
+    The config is the papers' without its fan-out (one job per table: the single jobs' requests) and without the
+    models' d_model keys (a width is known only where a config.json is at hand; tests/test_papers_config.py
+    reads the papers' own dry run)."""
+    papers = yaml.safe_load(PAPERS.read_text())
+    papers["spectra"]["boundaries_per_job"] = None
+    for m in papers["models"].values():
+        m.pop("d_model", None)
+    (wd / "papers.yaml").write_text(yaml.safe_dump(papers))
     for model, cfg in configs:
         ref = wd / "resources" / "hub" / model / "trained"
         ref.mkdir(parents=True)
@@ -283,7 +292,7 @@ def papers_dry_run(wd, *args, configs=(("llama-3.1-8b", LLAMA_CONFIG),)) -> list
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}  # fmt: skip
     cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(wd),
-           "--configfile", str(PAPERS), "-n", *args]  # fmt: skip
+           "--configfile", str(wd / "papers.yaml"), "-n", *args]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     assert res.returncode == 0, f"dry run failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     return dry_run_jobs(res.stdout + res.stderr)

@@ -97,6 +97,17 @@ def check_n_layers(name: str, n_layers: int | None, cfg_layers: int | None, wher
     )
 
 
+def check_d_model(name: str, d_model: int | None, cfg_width: int | None, where: str) -> None:
+    """Refuse a configured d_model (the width that sizes jobs before the config is at hand) that contradicts the
+    model's config."""
+    if d_model is None or cfg_width is None or int(d_model) == int(cfg_width):
+        return
+    raise LayergeomError(
+        f"models.{name}: d_model {d_model} contradicts {where}, whose hidden width is {cfg_width} "
+        f"(set d_model: {cfg_width}, or leave it out)"
+    )
+
+
 # ---- where a config is read from ---------------------------------------------------------------------------
 def read_json(path: Path) -> dict:
     try:
@@ -243,7 +254,7 @@ def configured_source(name: str, mcfg: dict) -> tuple[dict | None, str | None]:
 
 def complete_model(name: str, mcfg: dict) -> dict:
     """Fill in a workflow model's ``family`` and ``n_layers`` from its config where the user left them out, and
-    refuse ones that contradict it; returns mcfg. Without a readable config, what is missing is asked for (a
+    refuse ones (and a ``d_model``) that contradict it; returns mcfg. Without a readable config, what is missing is asked for (a
     config that is there but unreadable is reported by materialize, which names the key that points at it)."""
     try:
         cfg, where = configured_source(name, mcfg)
@@ -256,6 +267,7 @@ def complete_model(name: str, mcfg: dict) -> dict:
             mcfg.setdefault("family", MODEL_TYPE_FAMILY[model_type])
         layers = _first(cfg, _LAYER_KEYS)
         check_n_layers(name, mcfg.get("n_layers"), layers, where)
+        check_d_model(name, mcfg.get("d_model"), _first(cfg, _WIDTH_KEYS), where)
         if layers is not None and mcfg.get("source") in ("hub", "local", "gguf"):
             mcfg.setdefault("n_layers", layers)
     if mcfg.get("source") in ("config", "train") and not mcfg.get("family"):
