@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from layergeom import config as lgconfig  # noqa: E402
+from layergeom.io import read_tsv  # noqa: E402
 from layergeom.spectral import intervals, pipeline  # noqa: E402
 from layergeom.spectral.cumulative import cumulative_rows  # noqa: E402
 from layergeom.spectral.schur import schur_surgery  # noqa: E402
@@ -89,7 +90,8 @@ def main():
         tol = rank_tolerance(args.d, cfg["dtype"], cfg["rank_tol"])
         spectra_kw = {k: cfg[k] for k in ("sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks")}
         schur_kw = {"seed": cfg["seed"], "sr_k": cfg["sr_k"], "boundary_metrics": cfg["schur_boundary_metrics"],
-                    "orders": cfg["schur_orders"], "ci_level": cfg["ci_level"]}  # fmt: skip
+                    "orders": cfg["schur_orders"], "order_alphas": cfg["schur_order_alphas"],
+                    "ci_level": cfg["ci_level"]}  # fmt: skip
         conv_kw = {k: cfg[k] for k in ("sr_k", "dtype", "rank_tol", "ci_level")}
         conv_kw |= {"sizes": cfg["convergence_sizes"], "n_edge": cfg["convergence_boundaries"]}
         counts = files.counts()
@@ -108,13 +110,15 @@ def main():
                 files, tmp / "c.tsv", ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"]
             )
         )
+        cum = read_tsv(tmp / "c.tsv", exact=True)  # the α = 1 rows (J̄ itself)
         res["schur (both variants), no intervals"] = timed(
-            lambda: schur_surgery(files, alphas=alphas, tol=tol, ci_controls=["none"], **schur_kw)
+            lambda: schur_surgery(files, alphas=alphas, tol=tol, ci_controls=["none"], cumulative=cum, **schur_kw)
         )
         res["schur (both variants), intervals own N (4 blocks)"] = timed(
             lambda: pipeline.write_schur(
                 files,
                 tmp / "u.tsv",
+                tmp / "c.tsv",
                 alphas=alphas,
                 dtype=cfg["dtype"],
                 rank_tol=cfg["rank_tol"],

@@ -87,8 +87,9 @@ def measure(d: int) -> dict:
                                    ci_blocks=c["ci_blocks"], snapshot_s=0, **kw)  # fmt: skip
             pipeline.write_cumulative(files, tmp / "cumulative.tsv", ci_level=c["ci_level"], ci_blocks=c["ci_blocks"],
                                       snapshot_s=0)  # fmt: skip
-            pipeline.write_schur(files, tmp / "schur.tsv", alphas=c["alphas"], seed=c["seed"], sr_k=c["sr_k"],
-                                 boundary_metrics=c["schur_boundary_metrics"], orders=c["schur_orders"],
+            pipeline.write_schur(files, tmp / "schur.tsv", tmp / "cumulative.tsv", alphas=c["alphas"], seed=c["seed"],
+                                 sr_k=c["sr_k"], boundary_metrics=c["schur_boundary_metrics"], orders=c["schur_orders"],
+                                 order_alphas=c["schur_order_alphas"],
                                  ci_blocks=c["schur_ci_blocks"], ci_controls=c["schur_ci_controls"], snapshot_s=0,
                                  **kw)  # fmt: skip
             pipeline.write_convergence(files, tmp / "convergence.tsv", sizes=c["convergence_sizes"],

@@ -41,9 +41,9 @@ def recompute(stage: str, folder: Path, cfg: dict, out: Path, device: str, seed:
     files = files_of(folder)
     if stage == "schur":  # as scripts/spectra_schur.py
         seed = seed if cfg["schur_control_seed"] is None else cfg["schur_control_seed"]
-        write_schur(files, out, alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"], dtype=cfg["dtype"],
-                    rank_tol=cfg["rank_tol"], boundary_metrics=cfg["schur_boundary_metrics"],
-                    orders=cfg["schur_orders"], ci_level=cfg["ci_level"], ci_blocks=cfg["schur_ci_blocks"],
+        write_schur(files, out, folder / "cumulative.tsv", alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"],
+                    dtype=cfg["dtype"], rank_tol=cfg["rank_tol"], boundary_metrics=cfg["schur_boundary_metrics"],
+                    orders=cfg["schur_orders"], order_alphas=cfg["schur_order_alphas"], ci_level=cfg["ci_level"], ci_blocks=cfg["schur_ci_blocks"],
                     ci_controls=cfg["schur_ci_controls"], device=device)  # fmt: skip
     elif stage == "cumulative":
         write_cumulative(files, out, ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"], device=device)

@@ -603,6 +603,13 @@ def schur_prep_parts(wildcards, ext="pkl"):
     ]
 
 
+def schur_inputs(wildcards):
+    """The single Schur job's inputs: every boundary's Jacobian files and cumulative.tsv (its α = 1 rows)."""
+    return spectra_inputs(wildcards) | {
+        "cumulative": f"results/{wildcards.model}/{wildcards.checkpoint}/cumulative.tsv"
+    }
+
+
 def schur_chain_inputs(wildcards):
     """A chain job's inputs: every boundary's Jacobian files and every block's prep arrays."""
     return spectra_inputs(wildcards) | {"arrays": schur_prep_parts(wildcards, "npz")}

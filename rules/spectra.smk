@@ -204,10 +204,10 @@ rule spectra_cumulative_gather:
 
 # schur.tsv: one job per checkpoint, or (spectra.boundaries_per_job, as the table) a prep job per block of
 # boundaries, a job per product chain through every boundary (or per segment of one: spectra.chain_segments)
-# and a gather (docs/cluster.md).
+# and a gather (docs/cluster.md). Its rows at α = 1 with the own N are J̄'s products: cumulative.tsv's rows.
 rule spectra_schur:
     input:
-        unpack(spectra_inputs),
+        unpack(schur_inputs),
     output:
         table_report("results/{model}/{checkpoint}/schur.tsv", "schur"),
     log:
@@ -299,6 +299,7 @@ rule spectra_schur_gather:
     input:
         preps=schur_prep_parts,
         chains=schur_chain_parts,
+        cumulative="results/{model}/{checkpoint}/cumulative.tsv",
     output:
         table_report("results/{model}/{checkpoint}/schur.tsv", "schur"),
     log:

@@ -9,6 +9,7 @@ with job(sm, seed=seed, threads=sm.threads):
     write_schur(
         BoundaryFiles(sm.params.boundaries, sm.input.npy, sm.input.groups, sm.input.meta),
         sm.output[0],
+        sm.input.cumulative,
         alphas=cfg["alphas"],
         seed=seed,
         sr_k=cfg["sr_k"],

@@ -9,6 +9,7 @@ with job(sm):
         list(sm.input.chains),
         sm.params.boundaries,
         sm.output[0],
+        sm.input.cumulative,
         alphas=cfg["alphas"],
         orders=cfg["schur_orders"],
         order_alphas=cfg["schur_order_alphas"],

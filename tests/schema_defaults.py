@@ -68,8 +68,17 @@ def spectral_metrics(J, **kw) -> dict:
 
 
 def schur_surgery(jacobians, **kw):
-    """``schur.schur_surgery`` at the defaults (τ of the first J̄'s size)."""
+    """``schur.schur_surgery`` at the defaults (τ of the first J̄'s size); its α = 1 rows from the cumulative
+    table of the same J̄ and replicates (``cumulative_rows``) unless `cumulative` is given."""
+    import numpy as np
+
+    from layergeom.spectral.cumulative import cumulative_rows
     from layergeom.spectral.schur import schur_surgery as surgery
 
     d = len(next(iter(jacobians.values())))
-    return surgery(jacobians, **(schur_kw(tol=tol(d)) | kw))
+    kw = schur_kw(tol=tol(d)) | kw
+    if "cumulative" not in kw:
+        devs = kw.get("deviations")
+        steps = ((n, np.asarray(J), None if devs is None else np.asarray(devs[n])) for n, J in jacobians.items())
+        kw["cumulative"] = cumulative_rows(steps, weights=kw.get("weights"), ci_level=kw["ci_level"])
+    return surgery(jacobians, **kw)

@@ -280,10 +280,23 @@ def test_a_fanned_run_writes_the_one_jobs_bytes_and_reruns_nothing_upstream(tmp_
 SCHUR = SCHUR_KW | {"sr_k": 2, "alphas": [0, 0.5, 1], "orders": 2, "ci_controls": ["none", "random"]}
 
 
+def _schur_cumulative(folder, out):
+    """The checkpoint's cumulative.tsv (the Schur table's α = 1 rows), made once per folder."""
+    from test_spectral import CUMULATIVE_KW
+
+    from layergeom.spectral import pipeline
+
+    path = out / "cumulative.tsv"
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        pipeline.write_cumulative(_files(folder, NAMES), path, **CUMULATIVE_KW)
+    return path
+
+
 def _schur_single(folder, out, **kw):
     from layergeom.spectral import pipeline
 
-    pipeline.write_schur(_files(folder, NAMES), out / "schur.tsv", **SCHUR | kw)
+    pipeline.write_schur(_files(folder, NAMES), out / "schur.tsv", _schur_cumulative(folder, out), **SCHUR | kw)
 
 
 def _schur_blocks(out, n):
@@ -340,8 +353,9 @@ def _schur_fanned(folder, out, n, skip=(), segments=1, **kw):
             if job not in skip:
                 _schur_chain_job(folder, out, n, name, segment=segment, job=job, **kw)
             chains[job] = folder_chains / f"{job}.pkl"
-    pipeline.gather_schur(preps, list(chains.values()), NAMES, out / "schur.tsv", alphas=s["alphas"],
-                          orders=s["orders"], order_alphas=s["order_alphas"], segments=segments)  # fmt: skip
+    pipeline.gather_schur(preps, list(chains.values()), NAMES, out / "schur.tsv", _schur_cumulative(folder, out),
+                          alphas=s["alphas"], orders=s["orders"], order_alphas=s["order_alphas"],
+                          segments=segments)  # fmt: skip
     return chains
 
 
@@ -376,7 +390,8 @@ def test_the_schur_gather_refuses_a_missing_chain_or_prep(jac, tmp_path):
     chains = _schur_fanned(jac, tmp_path / "fan", 4)
     preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("*.pkl"))
     out = tmp_path / "bad" / "schur.tsv"
-    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"]}
+    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"],
+          "cumulative": tmp_path / "fan" / "cumulative.tsv"}  # fmt: skip
     with pytest.raises(LayergeomError, match="not the chains"):
         pipeline.gather_schur(preps, list(chains.values())[1:], NAMES, out, **kw)
     with pytest.raises(LayergeomError, match="in order"):
@@ -413,7 +428,8 @@ def test_the_schur_gather_refuses_a_missing_or_overlapping_segment(jac, tmp_path
     chains = _schur_fanned(jac, tmp_path / "fan", 4, segments=3)
     preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("*.pkl"))
     out = tmp_path / "bad" / "schur.tsv"
-    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"], "segments": 3}
+    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"], "segments": 3,
+          "cumulative": tmp_path / "fan" / "cumulative.tsv"}  # fmt: skip
     jobs = list(chains)
     name = jobs[0].rsplit(".s", 1)[0]
     missing = [chains[j] for j in jobs if j != f"{name}.s1"]  # a gap between s0 and s2

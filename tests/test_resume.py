@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import forked
 import numpy as np
@@ -193,7 +194,10 @@ def _schur(folder, out, alphas=(0, 0.5, 1), **kw):
     from layergeom.spectral import pipeline
 
     over = {"alphas": list(alphas), "sr_k": 2, "ci_controls": ["none", "random"]}
-    pipeline.write_schur(_files_of(folder), out, **SCHUR_KW | over | kw)
+    cumulative = Path(folder).parent / f"{Path(folder).name}.cumulative.tsv"  # its α = 1 rows, beside the J̄
+    if not cumulative.exists():
+        pipeline.write_cumulative(_files_of(folder), cumulative, **CUMULATIVE_KW)
+    pipeline.write_schur(_files_of(folder), out, cumulative, **SCHUR_KW | over | kw)
 
 
 def _convergence(folder, out, **kw):

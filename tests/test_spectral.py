@@ -694,14 +694,20 @@ def test_table_writers_from_files(tmp_path):
     assert set(read_tsv(tmp_path / "eig.tsv").columns) >= {"boundary", "real", "imag", "nonzero", "complex"}
     cum = pipeline.write_cumulative(files, tmp_path / "cumulative.tsv", **CUMULATIVE_KW)
     assert {"erank_ci_low", "erank_ci_high"} <= set(cum.columns) and cum["erank_ci_low"].notna().all()
-    sch = pipeline.write_schur(files, tmp_path / "schur.tsv", **SCHUR_KW | {"alphas": [0, 0.5, 1], "sr_k": 2})
+    sch = pipeline.write_schur(files, tmp_path / "schur.tsv", tmp_path / "cumulative.tsv",
+                               **SCHUR_KW | {"alphas": [0, 0.5, 1], "sr_k": 2})  # fmt: skip
     assert set(sch["variant"]) == {"update", "full"}
+    # α = 1 with the own N is J̄ itself: its rows are cumulative.tsv's, to the bit (the same products)
+    one = sch[(sch["alpha"] == 1) & (sch["control"] == "none")].sort_values(["variant", "depth"])
+    ref = read_tsv(tmp_path / "cumulative.tsv").sort_values(["variant", "depth"])
+    for col in ("erank", "log_norm", "erank_ci_low", "erank_ci_high"):
+        np.testing.assert_array_equal(one[col].to_numpy(), ref[col].to_numpy(), err_msg=col)
+    np.testing.assert_array_equal(one["erank_order_min"].to_numpy(), ref["erank"].to_numpy())
     own = sch[sch["control"] == "none"]
     assert own["erank_ci_low"].notna().all()
     assert sch[(sch["control"] == "random") & (sch["alpha"] > 0)]["erank_ci_low"].isna().all()  # default: own N
-    both = pipeline.write_schur(
-        files, tmp_path / "schur2.tsv", **SCHUR_KW | {"alphas": [0.5], "sr_k": 2, "ci_controls": ["none", "random"]}
-    )
+    both = pipeline.write_schur(files, tmp_path / "schur2.tsv", tmp_path / "cumulative.tsv",
+                                **SCHUR_KW | {"alphas": [0.5], "sr_k": 2, "ci_controls": ["none", "random"]})  # fmt: skip
     assert both["erank_ci_low"].notna().all() and (both["erank_ci_low"] <= both["erank"]).all()
     conv = pipeline.write_convergence(files, tmp_path / "convergence.tsv", **CONVERGENCE_KW | {"n_edge": 2, "sr_k": 2})
     assert list(conv.columns[:5]) == ["metric", "n_samples", "value", "ci_low", "ci_high"]
@@ -785,7 +791,7 @@ def test_one_sample_group_gives_nan_intervals_not_a_crash(tmp_path):
     c = pipeline.write_cumulative(files, tmp_path / "c.tsv", **CUMULATIVE_KW)
     assert list(c.columns[:6]) == ["variant", "depth", "boundary", "erank", "erank_ci_low", "erank_ci_high"]
     assert c["erank_ci_low"].isna().all()
-    u = pipeline.write_schur(files, tmp_path / "u.tsv", **SCHUR_KW | {"alphas": [0, 1], "sr_k": 2})
+    u = pipeline.write_schur(files, tmp_path / "u.tsv", tmp_path / "c.tsv", **SCHUR_KW | {"alphas": [0, 1], "sr_k": 2})
     assert u["erank_ci_low"].isna().all()
     assert len(pipeline.write_convergence(files, tmp_path / "v.tsv", **CONVERGENCE_KW | {"sr_k": 2})) == 0
 

@@ -122,9 +122,11 @@ def write_tsv(df: pd.DataFrame, path: str | os.PathLike, *, stage: str | None = 
         out.to_csv(tmp, sep="\t", index=False, na_rep="nan")
 
 
-def read_tsv(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a TSV written by ``write_tsv`` (`nan` as missing, true/false back to booleans)."""
-    df = pd.read_csv(path, sep="\t", na_values=["nan"], keep_default_na=False)
+def read_tsv(path: str | os.PathLike, *, exact: bool = False) -> pd.DataFrame:
+    """Read a TSV written by ``write_tsv`` (`nan` as missing, true/false back to booleans); ``exact``: every float
+    back to the very float that was written (pandas' round-trip parser; the default parser may miss by an ulp)."""
+    df = pd.read_csv(path, sep="\t", na_values=["nan"], keep_default_na=False,
+                     float_precision="round_trip" if exact else None)  # fmt: skip
     for col in df.columns:
         if df[col].dtype == object and len(df) and set(df[col].dropna().unique()) <= {"true", "false"}:
             df[col] = df[col] == "true"

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..io import save_npy, write_tsv
+from ..io import read_tsv, save_npy, write_tsv
 from ..resume import Snapshots, WorkLock, file_id, item_done, job_key, machine_id, mark_done, remove_work, work_dir
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
@@ -47,6 +47,7 @@ from .schur import (
     SurgeryBoundary,
     _chain_states,
     _chains_from,
+    alpha_one,
     check_surgery,
     prepare_boundary,
     schur_surgery,
@@ -726,6 +727,7 @@ def _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls, kwargs) -
 def write_schur(
     files: BoundaryFiles,
     out_tsv,
+    cumulative,
     *,
     dtype: str,
     rank_tol: float | None,
@@ -736,7 +738,8 @@ def write_schur(
     device: str = "cpu",
     **kwargs,
 ) -> pd.DataFrame:
-    """schur.tsv (both cumulative variants) with jackknife intervals over `ci_blocks` blocks of sample groups.
+    """schur.tsv (both cumulative variants) with jackknife intervals over `ci_blocks` blocks of sample groups; the
+    rows of α = 1 with the own N (J̄ itself) from `cumulative`, the checkpoint's cumulative.tsv (``schur.alpha_one``).
 
     ``ci_blocks`` 0 writes no intervals. ``snapshot_s``: save the products every that many seconds, and resume
     from them (``resume``). ``kwargs`` go to ``schur_surgery`` (alphas, seed, sr_k, boundary_metrics, orders,
@@ -748,7 +751,8 @@ def write_schur(
     settings = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls, kwargs)
     snap = snapshots_for(files, out_tsv, "schur", settings, snapshot_s)
     table = schur_surgery(files, tol=tol, deviations=devs, weights=weights, ci_level=ci_level,
-                          ci_controls=ci_controls, snapshots=snap, device=device, **kwargs)  # fmt: skip
+                          ci_controls=ci_controls, cumulative=read_tsv(cumulative, exact=True), snapshots=snap,
+                          device=device, **kwargs)  # fmt: skip
     write_tsv(table, out_tsv)
     snap.clear()
     return table
@@ -975,14 +979,15 @@ def gather_schur(
     chains: list,
     boundaries: list[str],
     out_tsv,
+    cumulative,
     *,
     alphas,
     orders: int,
     order_alphas,
     segments: int = 1,
 ) -> pd.DataFrame:
-    """schur.tsv of a checkpoint from its prep records and its chains' results (rule ``spectra_schur_gather``):
-    byte for byte what :func:`write_schur` writes in one job (``schur.surgery_rows``, ``surgery_table``).
+    """schur.tsv of a checkpoint from its prep records, its chains' results and (α = 1, own N) its cumulative.tsv
+    (rule ``spectra_schur_gather``): byte for byte what :func:`write_schur` writes in one job (``schur.surgery_rows``, ``surgery_table``).
 
     The preps must cover `boundaries` in order, each once; every chain of ``schur_chains`` must be there, over
     the same boundaries, as min(`segments`, boundaries) parts (spectra.chain_segments) whose depth ranges
@@ -1045,6 +1050,8 @@ def gather_schur(
     if set(results) != set(plan):
         raise LayergeomError(f"the Schur chain parts hold {sorted(map(str, results))}, not the chains "
                              f"{sorted(map(str, plan))}; rerun the spectra_schur_chain jobs")  # fmt: skip
+    if 1.0 in alphas:  # J̄ itself: cumulative.tsv's rows (``schur.alpha_one``)
+        results |= alpha_one(read_tsv(cumulative, exact=True), names, SCHUR_VARIANTS)
     rows = surgery_rows(records, results, alphas=alphas, variants=list(SCHUR_VARIANTS), orders=orders,
                         order_alphas=spread)  # fmt: skip
     table = surgery_table(rows, list(SCHUR_VARIANTS))

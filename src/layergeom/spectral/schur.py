@@ -683,6 +683,28 @@ def step_chain(
     return None if advance else out
 
 
+#: the cumulative.tsv columns a row of schur.tsv at α = 1 with the own N takes (J̄ itself: the same products)
+ALPHA_ONE_COLUMNS = ("erank", "log_norm", "erank_ci_low", "erank_ci_high")
+
+
+def alpha_one(cumulative: pd.DataFrame, boundaries: list[str], variants) -> dict:
+    """The results of the α = 1, own-N "chains" (``step_chain``'s (erank, log‖C‖_F, ci_low, ci_high) per depth)
+    from cumulative.tsv: J(1) = J̄, whose products that table composes (the same operators, products and
+    singular-value routes: the same erank and log-norm, bit for bit), with its interval (over its replicates,
+    spectra.ci_blocks). Raises LayergeomError naming what does not match the checkpoint's boundaries."""
+    from ..runtime import LayergeomError
+
+    out = {}
+    for v in variants:
+        part = cumulative[cumulative["variant"] == v].sort_values("depth")
+        if part["boundary"].tolist() != list(boundaries):
+            raise LayergeomError(f"cumulative.tsv's {v} rows hold the boundaries {part['boundary'].tolist()}, not "
+                                 f"{list(boundaries)} in depth order: rerun spectra_cumulative")  # fmt: skip
+        cols = [part[c].to_numpy(np.float64) if c in part else np.full(len(part), np.nan) for c in ALPHA_ONE_COLUMNS]
+        out["run", v, 1.0, "none"] = [(float(e), float(n), float(lo), float(hi)) for e, n, lo, hi in zip(*cols)]
+    return out
+
+
 def surgery_rows(records: list[dict], results: dict, *, alphas: list[float], variants: list[str], orders: int,
                  order_alphas):  # fmt: skip
     """The rows of schur.tsv from the boundaries' records (``SurgeryPrep.record``, depth order) and the chains'
@@ -762,6 +784,7 @@ def schur_surgery(
     ci_level: float,
     ci_controls: Iterable[str],
     order_alphas: Iterable[float] | None,
+    cumulative: pd.DataFrame,
     snapshots: Snapshots = NO_SNAPSHOTS,
     device: str = "cpu",
 ) -> pd.DataFrame:
@@ -823,6 +846,7 @@ def schur_surgery(
                                         "orders": _chain_states(spread)})  # fmt: skip
         bar.update()
     bar.close()
+    results |= alpha_one(cumulative, names, variants) if 1.0 in alphas else {}
     rows = surgery_rows(records, results, alphas=alphas, variants=variants, orders=orders,
                         order_alphas=spread_alphas)  # fmt: skip
     return surgery_table(rows, variants)

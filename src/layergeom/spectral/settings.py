@@ -81,9 +81,12 @@ def schur_chains(alphas, orders: int, variants=SCHUR_VARIANTS, order_alphas=None
     the cumulative J(α) of one operator, and ``("order", k)`` the products of the k-th random order of the
     non-zero modes, for every variant at every α of ``schur_order_alphas`` (one reordering J₀^π per boundary for
     all of them; none without such an α). Ordered as one job steps them: runs by (α, control) then variant,
-    then the orders by k, so that a step's operator is formed once for the variants that follow it."""
+    then the orders by k, so that a step's operator is formed once for the variants that follow it.
+
+    α = 1 with the own N is J̄ itself, whose products cumulative.tsv composes: no chain (``schur.alpha_one``
+    takes its rows from that table)."""
     alphas = schur_alphas(alphas)
-    runs = [("run", v, a, c) for a, c in schur_runs(alphas) for v in variants]
+    runs = [("run", v, a, c) for a, c in schur_runs(alphas) if (a, c) != (1.0, "none") for v in variants]
     spread = schur_order_alphas(alphas, order_alphas)
     return runs + ([("order", k) for k in range(int(orders))] if spread else [])
 
