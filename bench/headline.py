@@ -2,6 +2,7 @@
 shows") and the papers' claims ("The papers' claims: {model}", from claims.tsv).
 
     python bench/headline.py RESULTS_DIR [--model M] [--claims] [--check README.md | --update README.md]
+                             [--heading H] [--claims-tsv TSV]
 
 RESULTS_DIR is a run's `results/` folder (or its working directory). One column per checkpoint of the model
 (in `checkpoints.tsv` order), one row per headline number; every cell is read from the tables of
@@ -19,7 +20,7 @@ docs/outputs.md, nothing is typed in:
 
 The claims table (`--claims`) has a row per claim and its kind, class or variant and a column per checkpoint and
 per trained-against-init pair, each cell the verdict with the estimate and its interval, read from
-`results/{model}/claims.tsv` (docs/methods.md §5).
+`results/{model}/claims.tsv` (docs/methods.md §5), and a last row counting each column's verdicts.
 
 Without --check it prints the table (the claims table with --claims), ready to paste under the README's heading.
 With --check README.md it compares the README's tables (the first table after each heading: --heading for the
@@ -232,6 +233,7 @@ def headline_rows(results: Path, model: str) -> tuple[list[str], list[tuple[str,
 
 
 CLAIMS_HEADING = "The papers' claims: {model}"
+VERDICT_WORDS = ("holds", "fails", "reversed", "inconclusive", "not applicable")
 
 
 def claims_heading(model: str) -> str:
@@ -249,9 +251,9 @@ def sig(x, count: bool = False) -> str:
     return text.replace("-", "−")
 
 
-def read_claims(results: Path, model: str) -> pd.DataFrame | None:
-    """The model's claims.tsv (or its rows of results/claims.tsv), None when the run has neither."""
-    table = read_tsv_if_exists(results / model / "claims.tsv")
+def read_claims(results: Path, model: str, path: Path | None = None) -> pd.DataFrame | None:
+    """The model's claims.tsv (or its rows of results/claims.tsv; or the file `path`), None when there is none."""
+    table = read_tsv_if_exists(path or results / model / "claims.tsv")
     if table is None:
         both = read_tsv_if_exists(results / "claims.tsv")
         table = both[both["model"] == model] if both is not None else None
@@ -290,7 +292,10 @@ def claims_rows(table: pd.DataFrame) -> tuple[list[str], list[tuple[str, list[st
         rows.setdefault(label, None)
         cells[(label, col)] = claim_cell(r)
     names = [c for pair in (False, True) for c, is_pair in cols.items() if is_pair == pair]
-    return names, [(label, [cells.get((label, c), "") for c in names]) for label in rows]
+    out = [(label, [cells.get((label, c), "") for c in names]) for label in rows]
+    tally = [" / ".join(str(sum(cells.get((label, c), "").startswith(v) for label in rows)) for v in VERDICT_WORDS)
+             for c in names]  # fmt: skip
+    return names, [*out, ("verdicts: " + " / ".join(VERDICT_WORDS), tally)]
 
 
 def to_markdown(names: list[str], rows: list[tuple[str, list[str]]]) -> str:
@@ -316,16 +321,21 @@ def readme_table(text: str, heading: str = HEADING) -> tuple[list[str], dict[str
     return header, rows
 
 
-def table_span(lines: list[str], heading: str) -> tuple[int, int]:
-    """[start, end) of the lines of the first Markdown table after the heading `heading`."""
+def table_span(lines: list[str], heading: str, insert: bool = False) -> tuple[int, int]:
+    """[start, end) of the lines of the first Markdown table after the heading `heading` (a section without a table,
+    with `insert`: the empty span after its text, where a table goes)."""
     starts = [i for i, line in enumerate(lines) if line.lstrip("#").strip() == heading and line.startswith("#")]
     if not starts:
         raise Missing(f"no heading '{heading}' in the README")
     i = starts[0] + 1
-    while i < len(lines) and not lines[i].startswith("|"):
-        if lines[i].startswith("#"):
-            raise Missing(f"no table under the heading '{heading}'")
+    while i < len(lines) and not lines[i].startswith("|") and not lines[i].startswith("#"):
         i += 1
+    if i == len(lines) or lines[i].startswith("#"):
+        if not insert:
+            raise Missing(f"no table under the heading '{heading}'")
+        while i > starts[0] + 1 and not lines[i - 1].strip():
+            i -= 1
+        return i, i
     j = i
     while j < len(lines) and lines[j].startswith("|"):
         j += 1
@@ -335,10 +345,12 @@ def table_span(lines: list[str], heading: str) -> tuple[int, int]:
 
 
 def replace_table(text: str, heading: str, markdown: str) -> str:
-    """`text` with the first table under `heading` replaced by `markdown`."""
+    """`text` with the first table under `heading` replaced by `markdown` (added after the section's text where it
+    has no table)."""
     lines = text.splitlines()
-    i, j = table_span(lines, heading)
-    out = lines[:i] + markdown.rstrip("\n").splitlines() + lines[j:]
+    i, j = table_span(lines, heading, insert=True)
+    table = markdown.rstrip("\n").splitlines()
+    out = lines[:i] + (table if i < j else ["", *table]) + lines[j:]
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
@@ -359,10 +371,11 @@ def check(readme: Path, names: list[str], rows: list[tuple[str, list[str]]], hea
     return problems
 
 
-def tables(results: Path, model: str, heading: str) -> list[tuple[str, list[str], list[tuple[str, list[str]]]]]:
+def tables(results: Path, model: str, heading: str, claims_tsv: Path | None = None
+           ) -> list[tuple[str, list[str], list[tuple[str, list[str]]]]]:  # fmt: skip
     """The README's tables of one run: (heading, columns, rows), the numbers and, where the run has them, the claims."""
     out = [(heading, *headline_rows(results, model))]
-    claims = read_claims(results, model)
+    claims = read_claims(results, model, claims_tsv)
     if claims is not None:
         out.append((claims_heading(model), *claims_rows(claims)))
     return out
@@ -377,13 +390,15 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--check", type=Path, default=None, metavar="README", help="compare with this README's tables")
     what.add_argument("--update", type=Path, default=None, metavar="README", help="write the tables into this README")
     ap.add_argument("--heading", default=HEADING, help="the README section whose first table is the headline")
+    ap.add_argument("--claims-tsv", type=Path, default=None, metavar="TSV",
+                    help="read the claims from this file (python -m layergeom.claims writes one for an older run)")
     args = ap.parse_args(argv)
     try:
         results = results_root(args.results)
         model = pick_model(results, args.model)
         if args.check is None and args.update is None:
             if args.claims:
-                claims = read_claims(results, model)
+                claims = read_claims(results, model, args.claims_tsv)
                 if claims is None:
                     raise Missing(f"no {results / model / 'claims.tsv'}: run the workflow's claims rule first")
                 names, rows = claims_rows(claims)
@@ -391,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                 names, rows = headline_rows(results, model)
             sys.stdout.write(to_markdown(names, rows))
             return 0
-        found = tables(results, model, args.heading)
+        found = tables(results, model, args.heading, args.claims_tsv)
         readme = args.check or args.update
         text = readme.read_text()
         if args.update is not None:

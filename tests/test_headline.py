@@ -184,6 +184,8 @@ def test_headline_of_the_test_run(reference_run, tmp_path):
         col = ["init", "init-b", "— vs init"].index(f"{r['checkpoint'] or '—'} vs {r['baseline']}" if r["baseline"]
                                                     else r["checkpoint"])  # fmt: skip
         assert claim_rows[label][col].startswith(r["verdict"].replace("_", " ")), (label, col)
+    tally = claim_rows["verdicts: holds / fails / reversed / inconclusive / not applicable"]
+    assert sum(int(n) for cell in tally for n in cell.split(" / ")) == len(table)
 
 
 # ---- the claims table (results/{model}/claims.tsv) -----------------------------------------------------------------
@@ -221,6 +223,8 @@ def test_claims_table_check_and_update(tmp_path):
     assert rows["`B2.henrici_falls` attn"] == ["inconclusive −0.00100 [−0.00200, 0.00]", "holds −0.183 [−0.295, −0.0802]",
                                               ""]  # fmt: skip
     assert rows["`B5.coupling_grows`"] == ["", "", "holds 21 (init 0)"]
+    assert rows["verdicts: holds / fails / reversed / inconclusive / not applicable"] == [
+        "0 / 0 / 0 / 1 / 0", "1 / 0 / 0 / 0 / 0", "1 / 0 / 0 / 0 / 0"]  # fmt: skip
     numbers = run(tmp_path / "results").stdout
     stale = _two_tables(tmp_path, numbers.replace("2 of 6", "5 of 6", 1), res.stdout.replace("holds 21", "holds 14"))
     assert run(tmp_path / "results", "--check", stale).returncode == 1
@@ -229,6 +233,12 @@ def test_claims_table_check_and_update(tmp_path):
     text = stale.read_text()
     assert numbers in text and res.stdout in text and text.endswith("More words.\n\n## Next\n")  # in place
     assert run(tmp_path / "results", "--check", stale).returncode == 0
+    empty = _two_tables(tmp_path, numbers, "")  # a claims section with no table yet: --update adds one
+    assert run(tmp_path / "results", "--check", empty).returncode == 2
+    assert run(tmp_path / "results", "--update", empty).returncode == 0
+    added = empty.read_text()
+    assert added.index("Words.") < added.index(res.stdout) < added.index("## Next")  # at the end of its section
+    assert run(tmp_path / "results", "--check", empty).returncode == 0
     bad = run(tmp_path / "results", "--check", _two_tables(tmp_path, numbers, res.stdout.replace("holds −0.183",
                                                                                                   "fails −0.183")))
     assert bad.returncode == 1 and "row '`B2.henrici_falls` attn' differs" in bad.stderr
