@@ -364,3 +364,20 @@ def test_the_verdict_grid(table):
     texts = [x.get_text() for x in fig.axes[0].texts]
     assert len(texts) == len(t)  # one cell per row of the table
     assert any(x.startswith("✓ 5") and "init: 0" in x for x in texts)  # a count with what it is compared with
+
+
+def test_the_command_reads_a_finished_run(tmp_path, capsys):
+    """python -m layergeom.claims on a results folder: checkpoints from checkpoints.tsv, the null model from the
+    manifests (source: init), the schema's thresholds; the same table as the rule's function."""
+    from layergeom.claims.__main__ import main
+
+    model = build_model(tmp_path)
+    write_tsv(pd.DataFrame({"checkpoint": ["trained", "init"]}), model / "checkpoints.tsv")
+    (model / "init" / "manifest.json").write_text(json.dumps({"source": "init", "revision": "seed=0"}))
+    assert main([str(tmp_path / "results"), "--out", str(tmp_path / "out")]) == 0
+    assert "claims (" in capsys.readouterr().out
+    got = read_tsv(tmp_path / "out" / "m" / "claims.tsv")
+    want = model_claims(model, ["trained", "init"], ["init"], Settings())
+    assert got["verdict"].tolist() == want["verdict"].tolist()
+    assert np.allclose(got["estimate"], want["estimate"], equal_nan=True)
+    assert main([str(tmp_path / "nowhere")]) == 2

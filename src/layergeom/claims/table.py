@@ -167,21 +167,20 @@ def _f(x) -> float:
 
 
 # ---- Paper A ---------------------------------------------------------------------------------------------------
+ANCHOR_SOURCE = "tokenwise/L{layer}.tsv"
+
+
 def _a_claims(out: Rows, ck: Checkpoint) -> None:
     s = out.settings
-    thr = {"level": s.tokenwise_level, "source": "tokenwise/L{layer}.tsv"}
-    paths = ck.anchor_tables
-    means = None
-    if paths:
-        df = read_anchor_tables(paths)
-        means = anchor_means(df, n_boot=s.n_boot, seed=_seed(s, "anchors", ck.name)) if len(df) else None
+    df = read_anchor_tables(ck.anchor_tables) if ck.anchor_tables else None
+    means = anchor_means(df, n_boot=s.n_boot, seed=_seed(s, "anchors", ck.name)) if df is not None else None
     if means is None or not means.classes:
         why = V.not_applicable(f"no per-anchor tokenwise tables of a restricted class under {ck.path / 'tokenwise'}")
         for claim in ("A1.tokenwise_aligned", "A1.tokenwise_aligned_abs", "A2.residual_angle",
                       "A3.residual_projects_less", "A5.expressive_smaller_residual", "A6.middle_largest_residual"):
-            out.add(claim, ck, why, source=thr["source"])  # fmt: skip
+            out.add(claim, ck, why, source=ANCHOR_SOURCE)  # fmt: skip
     else:
-        _a_anchor_claims(out, ck, means, thr)
+        _a_anchor_claims(out, ck, means)
     _a_rho_claims(out, ck)
 
 
@@ -193,78 +192,74 @@ def _stat(means: tuple[dict, dict], fn, level: float) -> tuple[float, float, flo
     return est, lo, hi
 
 
-def _a_anchor_claims(out: Rows, ck: Checkpoint, m, thr) -> None:
-    s, level, src = out.settings, thr["level"], thr["source"]
+def _a_anchor_claims(out: Rows, ck: Checkpoint, m) -> None:
+    """The Paper A claims read on the per-anchor tables' layer means (`m`: ``anchors.AnchorMeans``)."""
+    s, level, src = out.settings, out.settings.tokenwise_level, ANCHOR_SOURCE
+    no_boot = " (tokenwise.bootstrap: 0)" if s.n_boot == 0 else ""
 
-    def means(cls, *metrics):
-        pairs = {k: m.get(cls, k) for k in metrics if (cls, k) in m.estimate}
-        return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+    def add(claim, cls, arrays, fn, side, *, ref=0.0, opposite=0.0, what, compared_with="0"):
+        est = _stat(arrays, fn, level)
+        v = V.threshold(*est, ref, side, opposite=opposite, what=what)
+        if v.verdict == V.INCONCLUSIVE and no_boot:
+            v = V.Verdict(v.verdict, v.reason + no_boot)
+        out.add(claim, ck, v, cls=cls, est=est, level=level, ref=(ref, math.nan, math.nan),
+                compared_with=compared_with, source=src)  # fmt: skip
 
-    def read(claim, cls, metrics, fn, side, *, ref=0.0, opposite=0.0, what, compared_with="0"):
-        est_boot = means(cls, *metrics)
-        if len(est_boot[0]) < len(metrics):
-            missing = [k for k in metrics if (cls, k) not in m.estimate]
+    def read(claim, cls, metrics, fn, side, **kw):
+        """A claim on one class's layer means of `metrics`; not applicable where the tables lack a column."""
+        missing = [k for k in metrics if (cls, k) not in m.estimate]
+        if missing:
             out.add(claim, ck, V.not_applicable(f"the per-anchor tables have no column for {missing}"), cls=cls,
                     source=src)  # fmt: skip
             return
-        est = _stat(est_boot, fn, level)
-        verdict = V.threshold(*est, ref, side, opposite=opposite, what=what)
-        if verdict.verdict == V.INCONCLUSIVE and s.n_boot == 0:
-            verdict = V.Verdict(V.INCONCLUSIVE, verdict.reason + " (tokenwise.bootstrap: 0)")
-        out.add(claim, ck, verdict, cls=cls, est=est, level=level, ref=(ref, math.nan, math.nan),
-                compared_with=compared_with, source=src)  # fmt: skip
+        add(claim, cls, ({k: m.estimate[(cls, k)] for k in metrics}, {k: m.boot[(cls, k)] for k in metrics}), fn,
+            side, **kw)  # fmt: skip
 
     for cls in m.classes:
         for claim, (tok, res), conv in (("A1.tokenwise_aligned", ("tok_d", "res_d"), "delta"),
                                         ("A1.tokenwise_aligned_abs", ("tok_a", "res_a"), "absolute")):  # fmt: skip
             read(claim, cls, (tok, res), lambda d, t=tok, r=res: nanmedian(d[t] - d[r]), +1,
                  what=f"|cos(u, t)| − |cos(u, r)| ({conv})")  # fmt: skip
-    angle = s.residual_angle_deg
-    for cls in [*m.classes, ALL_CLASSES]:
-        if cls == ALL_CLASSES:  # every (layer, class) together: the layer means of all classes side by side
-            est = np.concatenate([m.estimate[(c, "angle_res")] for c in m.classes if (c, "angle_res") in m.estimate])
-            boot = np.concatenate([m.boot[(c, "angle_res")] for c in m.classes if (c, "angle_res") in m.boot], axis=1)
-            e = _stat(({"a": est}, {"a": boot}), lambda d: nanmedian(d["a"]), level)
-            out.add("A2.residual_angle", ck, V.threshold(*e, angle, +1, what="median angle of r (°)"), cls=cls, est=e,
-                    level=level, ref=(angle, math.nan, math.nan), compared_with="threshold", source=src)  # fmt: skip
-            continue
-        read("A2.residual_angle", cls, ("angle_res",), lambda d: nanmedian(d["angle_res"]), +1, ref=angle,
-             opposite=None, what="median angle of r (°)", compared_with="threshold")  # fmt: skip
+    angle = {"ref": s.residual_angle_deg, "opposite": None, "what": "median angle of r (°)",
+             "compared_with": "threshold"}  # fmt: skip
+    for cls in m.classes:
+        read("A2.residual_angle", cls, ("angle_res",), lambda d: nanmedian(d["angle_res"]), +1, **angle)
+    have = [c for c in m.classes if (c, "angle_res") in m.estimate]  # every (layer, class): the classes side by side
+    if have:
+        both = (np.concatenate([m.estimate[(c, "angle_res")] for c in have]),
+                np.concatenate([m.boot[(c, "angle_res")] for c in have], axis=1))  # fmt: skip
+        add("A2.residual_angle", ALL_CLASSES, ({"a": both[0]}, {"a": both[1]}), lambda d: nanmedian(d["a"]), +1,
+            **angle)  # fmt: skip
     for cls in m.classes:
         read("A3.residual_projects_less", cls, ("proj_full", "proj_res"),
              lambda d: nanmedian(d["proj_full"] - d["proj_res"]), +1, what="π(u) − π(r)")  # fmt: skip
     others = [c for c in m.classes if c != EXPRESSIVE]
-    if EXPRESSIVE not in m.classes:
+    if EXPRESSIVE not in m.classes or not others:
+        why = f"no {EXPRESSIVE} class (tokenwise.classes)" if others else f"no class besides {EXPRESSIVE}"
         for cls in others or [""]:
-            out.add("A5.expressive_smaller_residual", ck, V.not_applicable(
-                f"no {EXPRESSIVE} class in this run's tokenwise tables (tokenwise.classes)"), cls=cls, source=src)
-    else:
-        for cls in others:
-            e = {"c": m.estimate[(cls, "relerr")], "x": m.estimate[(EXPRESSIVE, "relerr")]}
-            b = {"c": m.boot[(cls, "relerr")], "x": m.boot[(EXPRESSIVE, "relerr")]}
-            est = _stat((e, b), lambda d: nanmedian(d["c"] - d["x"]), level)
-            v = V.threshold(*est, 0.0, +1, opposite=0.0, what=f"RelErr({cls}) − RelErr({EXPRESSIVE})")
-            out.add("A5.expressive_smaller_residual", ck, v, cls=cls, est=est, level=level,
-                    ref=(0.0, math.nan, math.nan), compared_with=EXPRESSIVE, source=src)  # fmt: skip
-        if not others:
-            out.add("A5.expressive_smaller_residual", ck, V.not_applicable(
-                f"no restricted class besides {EXPRESSIVE} to compare it with"), source=src)
+            out.add("A5.expressive_smaller_residual", ck, V.not_applicable(why), cls=cls, source=src)
+    for cls in others if EXPRESSIVE in m.classes else []:
+        arrays = ({"c": m.estimate[(cls, "relerr")], "x": m.estimate[(EXPRESSIVE, "relerr")]},
+                  {"c": m.boot[(cls, "relerr")], "x": m.boot[(EXPRESSIVE, "relerr")]})  # fmt: skip
+        add("A5.expressive_smaller_residual", cls, arrays, lambda d: nanmedian(d["c"] - d["x"]), +1,
+            what=f"RelErr({cls}) − RelErr({EXPRESSIVE})", compared_with=EXPRESSIVE)  # fmt: skip
     thirds = depth_thirds(m.layers, int(m.layers.max()) + 1)
+
+    def gap(d, outer):
+        """The middle third's mean RelErr minus outer(first third's, last third's) (np.fmax or np.fmin)."""
+        t = {k: nanmean(d["r"][..., mask], axis=-1) for k, mask in thirds.items()}
+        return t["middle"] - outer(t["first"], t["last"])
+
     for cls in m.classes:
-        e, b = m.get(cls, "relerr")
         if not thirds["middle"].any():
-            out.add("A6.middle_largest_residual", ck, V.not_applicable(
-                f"{len(m.layers)} layers have no middle third"), cls=cls, source=src)
+            why = V.not_applicable(f"{len(m.layers)} layers have no middle third")
+            out.add("A6.middle_largest_residual", ck, why, cls=cls, source=src)
             continue
-
-        def gap(d, worst):
-            t = {k: nanmean(d["r"][..., mask], axis=-1) for k, mask in thirds.items()}
-            return t["middle"] - worst(t["first"], t["last"])
-
-        est = _stat(({"r": e}, {"r": b}), lambda d: gap(d, np.fmax), level)
-        low = _stat(({"r": e}, {"r": b}), lambda d: gap(d, np.fmin), level)
+        arrays = ({"r": m.estimate[(cls, "relerr")]}, {"r": m.boot[(cls, "relerr")]})
+        est = _stat(arrays, lambda d: gap(d, np.fmax), level)
+        low = _stat(arrays, lambda d: gap(d, np.fmin), level)
         v = V.threshold(*est, 0.0, +1, what="middle − the larger outer third")
-        if v.verdict == V.FAILS and low[2] < 0:  # smaller than both outer thirds: the middle has the smallest
+        if v.verdict == V.FAILS and low[2] < 0:  # below both outer thirds: the middle has the smallest residuals
             v = V.Verdict(V.REVERSED, f"{v.reason}; middle − the smaller outer third {V.num(low[0])} "
                                       f"{V.interval(low[1], low[2])} < 0")  # fmt: skip
         out.add("A6.middle_largest_residual", ck, v, cls=cls, est=est, level=level, ref=(0.0, math.nan, math.nan),
