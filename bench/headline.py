@@ -390,8 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--check", type=Path, default=None, metavar="README", help="compare with this README's tables")
     what.add_argument("--update", type=Path, default=None, metavar="README", help="write the tables into this README")
     ap.add_argument("--heading", default=HEADING, help="the README section whose first table is the headline")
-    ap.add_argument("--claims-tsv", type=Path, default=None, metavar="TSV",
-                    help="read the claims from this file (python -m layergeom.claims writes one for an older run)")
+    ap.add_argument(
+        "--claims-tsv",
+        type=Path,
+        default=None,
+        metavar="TSV",
+        help="read the claims from this file (python -m layergeom.claims writes one for an older run)",
+    )
     args = ap.parse_args(argv)
     try:
         results = results_root(args.results)
@@ -424,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         return 1
     n = sum(len(rows) for _, _, rows in found)
-    print(f"{readme}: {'wrote' if args.update else 'the headline tables match'} the run's {len(found)} table(s) ({n} rows)")
+    print(
+        f"{readme}: {'wrote' if args.update else 'the headline tables match'} the run's {len(found)} table(s) ({n} rows)"
+    )
     return 0
 
 

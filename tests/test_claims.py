@@ -267,8 +267,9 @@ def test_paper_b_cumulative_schur_and_coupling(table):
 def test_paper_a_claims_and_their_estimates(table):
     t, model = table
     trained = t[t["checkpoint"] == "trained"]
-    assert verdicts(trained, "A1.tokenwise_aligned", "class") == dict.fromkeys(("diag", "lowrank", "orthogonal",
-                                                                                "mlp"), H)  # no control class
+    assert verdicts(trained, "A1.tokenwise_aligned", "class") == dict.fromkeys(
+        ("diag", "lowrank", "orthogonal", "mlp"), H
+    )  # no control class
     # mlp's residual is the more aligned in the absolute convention: 0.99 − 0.995 on every anchor
     assert verdicts(trained, "A1.tokenwise_aligned_abs", "class") == {"diag": H, "lowrank": H, "orthogonal": H,
                                                                       "mlp": R}  # fmt: skip
@@ -279,10 +280,10 @@ def test_paper_a_claims_and_their_estimates(table):
                                                                        "mlp": R}  # fmt: skip
     # ρ against 0.5: diag's interval starts exactly at it
     assert verdicts(trained, "A4.rho_relerr_kl", "class") == {"diag": I, "lowrank": H, "orthogonal": F, "mlp": R}
-    assert verdicts(trained, "A5.expressive_smaller_residual", "class") == dict.fromkeys(("diag", "lowrank",
-                                                                                         "orthogonal"), H)
-    assert verdicts(trained, "A5.expressive_weaker_rho", "class") == dict.fromkeys(("diag", "lowrank",
-                                                                                   "orthogonal"), H)
+    assert verdicts(trained, "A5.expressive_smaller_residual", "class") == dict.fromkeys(
+        ("diag", "lowrank", "orthogonal"), H
+    )
+    assert verdicts(trained, "A5.expressive_weaker_rho", "class") == dict.fromkeys(("diag", "lowrank", "orthogonal"), H)
     assert verdicts(trained, "A6.middle_largest_residual", "class") == {"diag": F, "lowrank": H, "orthogonal": F,
                                                                         "mlp": R}  # fmt: skip
     # the estimate of A1 from the per-anchor files, independently: layer means, their difference, the median

@@ -239,8 +239,11 @@ def test_claims_table_check_and_update(tmp_path):
     added = empty.read_text()
     assert added.index("Words.") < added.index(res.stdout) < added.index("## Next")  # at the end of its section
     assert run(tmp_path / "results", "--check", empty).returncode == 0
-    bad = run(tmp_path / "results", "--check", _two_tables(tmp_path, numbers, res.stdout.replace("holds −0.183",
-                                                                                                  "fails −0.183")))
+    bad = run(
+        tmp_path / "results",
+        "--check",
+        _two_tables(tmp_path, numbers, res.stdout.replace("holds −0.183", "fails −0.183")),
+    )
     assert bad.returncode == 1 and "row '`B2.henrici_falls` attn' differs" in bad.stderr
     alone = run(tmp_path / "results", "--check", _readme(tmp_path, numbers))  # the README lacks the claims
     assert alone.returncode == 2 and "no heading 'The papers' claims: m'" in alone.stderr

@@ -176,8 +176,14 @@ def _a_claims(out: Rows, ck: Checkpoint) -> None:
     means = anchor_means(df, n_boot=s.n_boot, seed=_seed(s, "anchors", ck.name)) if df is not None else None
     if means is None or not means.classes:
         why = V.not_applicable(f"no per-anchor tokenwise tables of a restricted class under {ck.path / 'tokenwise'}")
-        for claim in ("A1.tokenwise_aligned", "A1.tokenwise_aligned_abs", "A2.residual_angle",
-                      "A3.residual_projects_less", "A5.expressive_smaller_residual", "A6.middle_largest_residual"):
+        for claim in (
+            "A1.tokenwise_aligned",
+            "A1.tokenwise_aligned_abs",
+            "A2.residual_angle",
+            "A3.residual_projects_less",
+            "A5.expressive_smaller_residual",
+            "A6.middle_largest_residual",
+        ):
             out.add(claim, ck, why, source=ANCHOR_SOURCE)  # fmt: skip
     else:
         _a_anchor_claims(out, ck, means)

@@ -116,7 +116,9 @@ def count_grows(last: int, first: int, names=("last", "first")) -> Verdict:
     return Verdict(FAILS, f"{text}: no growth")
 
 
-def schur_raises(a0: tuple[float, float, float], orders: tuple[float, float], a1: tuple[float, float, float]) -> Verdict:
+def schur_raises(
+    a0: tuple[float, float, float], orders: tuple[float, float], a1: tuple[float, float, float]
+) -> Verdict:
     """Claim that Schur surgery at α = 0 raises the full-depth cumulative erank above α = 1's (J̄ itself), over
     every eigenvalue order: holds when α = 0's interval at the canonical order lies above α = 1's interval **and**
     the smallest erank over the random orders exceeds α = 1's upper end; reversed when both lie below (the largest
