@@ -15,7 +15,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from ..claims.catalogue import CLAIMS  # noqa: E402
 from ..claims.verdicts import VERDICTS  # noqa: E402
+from ..names import KINDS  # noqa: E402
 
 #: verdict -> (colour, mark): the mark repeats the colour for readers and prints that do not tell colours apart
 STYLE = {
@@ -61,18 +63,23 @@ def cell_text(row) -> str:
 
 
 def grid(table: pd.DataFrame) -> tuple[list[tuple[str, str]], list[tuple[str, str]], dict]:
-    """(rows: (claim, scope) in table order, columns: (model, column label) in table order, cells: (row, col) ->
-    the table's row)."""
+    """(rows: (claim, scope) in the catalogue's order, columns: (model, column label), cells: (row, col) -> the
+    table's row)."""
     rows, cols, cells = {}, {}, {}
     for _, r in table.iterrows():
         key, col = (r["claim"], scope(r)), (r["model"], column_label(r))
         rows.setdefault(key, None)
         cols.setdefault(col, None)
         cells[(key, col)] = r
+    # rows by claim in the catalogue's order, then kind (depth order, pooled last), else as they first come;
     # per-checkpoint columns before the pairs of the same model, models in table order
+    position = {c.id: i for i, c in enumerate(CLAIMS)}
+    scopes = {s: i for i, s in enumerate((*KINDS, "pooled"))}  # kinds in depth order, pooled last
+    first = {key: i for i, key in enumerate(rows)}
+    ordered_rows = sorted(rows, key=lambda k: (position.get(k[0], len(position)), scopes.get(k[1], -1), first[k]))
     models = list(dict.fromkeys(m for m, _ in cols))
     ordered = [c for m in models for pair in (False, True) for c in cols if c[0] == m and (" vs " in c[1]) == pair]
-    return list(rows), ordered, cells
+    return ordered_rows, ordered, cells
 
 
 def plot_verdict_grid(table: pd.DataFrame, title: str = "Do the papers' claims hold?"):
