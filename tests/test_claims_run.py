@@ -52,7 +52,9 @@ def test_claims_of_the_test_run(reference_run):
                 cum = [r for r in rows(d / "cumulative.tsv") if r["variant"] == variant]
                 last = max(cum, key=lambda r: int(r["depth"]))
                 claim = next(r for r in mine if r["claim"] == "B3.erank_collapse" and r["variant"] == variant)
-                assert float(claim["estimate"]) == float(last["erank"])
+                assert claim["estimate"] == last["erank"]  # the same text: a copied float, or nan for both
+                if last["erank"] == "nan":  # a product that vanished (the kv-shared layers of tiny-gemma4)
+                    assert claim["verdict"] == "not_applicable" and "vanished" in claim["reason"]
             # the per-kind slopes, as trends.tsv has them
             trends = {r["kind"]: r for r in rows(d / "trends.tsv") if r["metric"] == "henrici"}
             for r in mine:
@@ -82,7 +84,7 @@ def test_a_claims_key_reruns_only_the_claims_jobs(reference_run, tmp_path):
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         out = snakemake(reference_run, "-n", config=path).stdout
-        jobs = scheduled_jobs(out, models=True)
+        jobs = [j for j in scheduled_jobs(out, models=True) if j[0] != "all"]  # (the target rule: no job of its own)
         claims = [(m, reasons) for rule, reasons, m in jobs if rule == "claims"]
         assert sorted(r for r, _, _ in jobs) == ["claims"] * (1 if one else n_models) + ["claims_all"], (name, jobs)
         assert all(PARAMS in reasons and set(reasons) <= UPSTREAM | {PARAMS} for _, reasons in claims)

@@ -384,6 +384,12 @@ def _b_cumulative_claims(out: Rows, ck: Checkpoint) -> None:
             continue
         full, one = _erank(rows.loc[rows["depth"].idxmax()]), _erank(rows.loc[rows["depth"].idxmin()])
         v = V.apart(full, one, -1, names=("full depth", "depth 1"))
+        if v.verdict == V.NOT_APPLICABLE and "log_norm" in rows:
+            gone = rows[np.isneginf(rows["log_norm"].to_numpy(dtype=np.float64))]
+            if len(gone):  # the product is exactly 0 from there on: no singular values to take an erank of
+                first = gone.loc[gone["depth"].idxmin()]
+                v = V.not_applicable(f"the product vanished at depth {int(first['depth'])} ({first.get('boundary', '')};"
+                                     " log ‖C‖ = −inf): its erank is undefined")  # fmt: skip
         out.add("B3.erank_collapse", ck, v, variant=variant, est=full, level=s.spectra_level, ref=one,
                 compared_with="depth 1", source="cumulative.tsv")  # fmt: skip
     sch = ck.schur

@@ -26,10 +26,10 @@ class Verdict:
 
 
 def num(x: float) -> str:
-    """A number in a reason: 3 significant digits, a true minus sign."""
+    """A number in a reason: 4 significant digits, a true minus sign."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "nan"
-    return f"{float(x):.3g}".replace("-", "−")
+    return f"{float(x) + 0.0:.4g}".replace("-", "−")
 
 
 def interval(lo: float, hi: float) -> str:
