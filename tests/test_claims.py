@@ -337,6 +337,9 @@ def test_missing_tables_keep_their_claims(tmp_path):
         assert (rows["verdict"] == NA).all() and rows["reason"].str.startswith("no ").all(), claim
     # without trends.tsv the per-kind trends are missing, the pooled ones come from spectra.tsv
     assert verdicts(t, "B2.henrici_falls", checkpoint="trained") == {"attn": NA, "mlp": NA, "pooled": I}
+    learned = t[t["claim"] == "B2.henrici_falls_learned"].set_index("kind")
+    assert learned.loc["attn", "reason"] == "no trends.tsv row for attn at trained and init"
+    assert learned.loc["pooled", "verdict"] == I
 
 
 def test_the_table_round_trips_and_loads_across_models(table, tmp_path):

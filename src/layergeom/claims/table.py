@@ -423,6 +423,10 @@ def _pair_claims(out: Rows, trained: Checkpoint, null: Checkpoint | None, kinds,
             t = _trend(trends[trained.name], kind, metric, "slope")
             n = _trend(trends[null.name], kind, metric, "slope")
             v = V.learned(t, n, side, names=(trained.name, null.name))
+            lacking = [c.name for c in (trained, null) if kind not in trends[c.name]]
+            if lacking:
+                v = V.not_applicable(f"no {'spectra.tsv' if kind == POOLED else 'trends.tsv row'} for {kind} at "
+                                     f"{' and '.join(lacking)}")  # fmt: skip
             out.add(f"{claim}_learned", trained, v, baseline=null, kind=kind, est=t, level=s.spectra_level, ref=n,
                     compared_with=null.name, source=src)  # fmt: skip
     for variant in VARIANTS:
@@ -433,6 +437,9 @@ def _pair_claims(out: Rows, trained: Checkpoint, null: Checkpoint | None, kinds,
         t = _erank(_full_depth(trained.cumulative, variant=variant))
         n = _erank(_full_depth(null.cumulative, variant=variant))
         v = V.apart(t, n, -1, names=(trained.name, null.name))
+        lacking = [c.name for c in (trained, null) if c.cumulative is None]
+        if lacking:
+            v = V.not_applicable(f"no cumulative.tsv at {' and '.join(lacking)}")
         out.add("B3.collapse_learned", trained, v, baseline=null, variant=variant, est=t, level=s.spectra_level,
                 ref=n, compared_with=null.name, source=src)  # fmt: skip
 
