@@ -1,6 +1,8 @@
-"""The README's headline table ("What the embedded model shows") computed from a run's tables, as Markdown.
+"""The README's headline tables computed from a run's tables, as Markdown: the numbers ("What the embedded model
+shows") and the papers' claims ("The papers' claims: {model}", from claims.tsv).
 
-    python bench/headline.py RESULTS_DIR [--model M] [--check README.md]
+    python bench/headline.py RESULTS_DIR [--model M] [--claims] [--check README.md | --update README.md]
+                             [--heading H] [--claims-tsv TSV]
 
 RESULTS_DIR is a run's `results/` folder (or its working directory). One column per checkpoint of the model
 (in `checkpoints.tsv` order), one row per headline number; every cell is read from the tables of
@@ -16,9 +18,16 @@ docs/outputs.md, nothing is typed in:
 - ρ(RelErr, KL) pooled over layers per class (`tokenwise/pooled.tsv`) and the median over layers of the
   low-rank class's residual and tokenwise angles (`tokenwise.tsv`).
 
-Without --check it prints the table, ready to paste under the README's heading. With --check README.md it
-compares that README's table (the first table after the heading) with the run's, prints each row that
-differs, is missing or is not the run's, and exits 1 if any does (0 when all match).
+The claims table (`--claims`) has a row per claim and its kind, class or variant and a column per checkpoint and
+per trained-against-init pair, each cell the verdict with the estimate and its interval, read from
+`results/{model}/claims.tsv` (docs/methods.md §5), and a last row counting each column's verdicts.
+
+Without --check it prints the table (the claims table with --claims), ready to paste under the README's heading.
+With --check README.md it compares the README's tables (the first table after each heading: --heading for the
+numbers, "The papers' claims: {model}" for the claims, where the run has a claims.tsv or the README that heading)
+with the run's, prints each row that differs, is missing or is not the run's, and exits 1 if any does (0 when all
+match). --update README.md writes the run's tables into the README in place of those tables (the headings must
+exist), so that regenerating the README's numbers from a run is one command.
 """
 
 from __future__ import annotations
@@ -223,6 +232,72 @@ def headline_rows(results: Path, model: str) -> tuple[list[str], list[tuple[str,
     return names, rows
 
 
+CLAIMS_HEADING = "The papers' claims: {model}"
+VERDICT_WORDS = ("holds", "fails", "reversed", "inconclusive", "not applicable")
+
+
+def claims_heading(model: str) -> str:
+    return CLAIMS_HEADING.format(model=model)
+
+
+def sig(x, count: bool = False) -> str:
+    """x to 3 significant digits (a count as the integer it is), a true minus sign; n/a when missing."""
+    if x is None or pd.isna(x) or not np.isfinite(x):
+        return NA
+    x = float(x) + 0.0  # no "−0"
+    text = f"{x:.0f}" if count and x == round(x) else f"{x:#.3g}".rstrip(".")
+    if "e" in text:
+        text = f"{x:.2e}"
+    return text.replace("-", "−")
+
+
+def read_claims(results: Path, model: str, path: Path | None = None) -> pd.DataFrame | None:
+    """The model's claims.tsv (or its rows of results/claims.tsv; or the file `path`), None when there is none."""
+    table = read_tsv_if_exists(path or results / model / "claims.tsv")
+    if table is None:
+        both = read_tsv_if_exists(results / "claims.tsv")
+        table = both[both["model"] == model] if both is not None else None
+    return table if table is not None and len(table) else None
+
+
+def _text(row: pd.Series, col: str) -> str:
+    v = row.get(col)
+    return v if isinstance(v, str) else ""
+
+
+def claim_cell(row: pd.Series) -> str:
+    """'verdict estimate [lo, hi]', a count with what it was compared with, or the verdict alone."""
+    verdict = row["verdict"].replace("_", " ")
+    if row["verdict"] == "not_applicable" or sig(row["estimate"]) == NA:
+        return verdict
+    if sig(row["ci_low"]) != NA and sig(row["ci_high"]) != NA:
+        return f"{verdict} {sig(row['estimate'])} [{sig(row['ci_low'])}, {sig(row['ci_high'])}]"
+    cell = f"{verdict} {sig(row['estimate'], count=True)}"  # no interval: a count
+    against = _text(row, "compared_with")
+    if against not in ("", "0", "threshold") and sig(row["reference"]) != NA:
+        cell += f" ({against} {sig(row['reference'], count=True)})"
+    return cell
+
+
+def claims_rows(table: pd.DataFrame) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(columns, [(row label, cells)]) of a model's claims: a column per checkpoint in the table's (axis) order, then
+    per pair ('trained vs init'); a row per claim and its kind, class or variant."""
+    cols, rows, cells = {}, {}, {}
+    for _, r in table.iterrows():
+        ck, base = _text(r, "checkpoint") or "—", _text(r, "baseline")
+        col = f"{ck} vs {base}" if base else ck
+        scope = " · ".join(x for x in (_text(r, "kind"), _text(r, "class"), _text(r, "variant")) if x)
+        label = f"`{r['claim']}`" + (f" {scope}" if scope else "")
+        cols.setdefault(col, " vs " in col)
+        rows.setdefault(label, None)
+        cells[(label, col)] = claim_cell(r)
+    names = [c for pair in (False, True) for c, is_pair in cols.items() if is_pair == pair]
+    out = [(label, [cells.get((label, c), "") for c in names]) for label in rows]
+    tally = [" / ".join(str(sum(cells.get((label, c), "").startswith(v) for label in rows)) for v in VERDICT_WORDS)
+             for c in names]  # fmt: skip
+    return names, [*out, ("verdicts: " + " / ".join(VERDICT_WORDS), tally)]
+
+
 def to_markdown(names: list[str], rows: list[tuple[str, list[str]]]) -> str:
     lines = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
@@ -236,26 +311,47 @@ def split_row(line: str) -> list[str]:
 def readme_table(text: str, heading: str = HEADING) -> tuple[list[str], dict[str, list[str]]]:
     """The first Markdown table after the heading `## {heading}`: (header cells, row label -> cells)."""
     lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.lstrip("#").strip() == heading and line.startswith("#")]
-    if not starts:
-        raise Missing(f"no heading '{heading}' in the README")
-    i = starts[0] + 1
-    while i < len(lines) and not lines[i].startswith("|"):
-        if lines[i].startswith("#"):
-            raise Missing(f"no table under the heading '{heading}'")
-        i += 1
-    table = []
-    while i < len(lines) and lines[i].startswith("|"):
-        table.append(lines[i])
-        i += 1
-    if len(table) < 2:
-        raise Missing(f"no table under the heading '{heading}'")
+    i, j = table_span(lines, heading)
+    table = lines[i:j]
     header = split_row(table[0])[1:]
     rows = {}
     for line in table[2:]:
         cells = split_row(line)
         rows[cells[0]] = cells[1:]
     return header, rows
+
+
+def table_span(lines: list[str], heading: str, insert: bool = False) -> tuple[int, int]:
+    """[start, end) of the lines of the first Markdown table after the heading `heading` (a section without a table,
+    with `insert`: the empty span after its text, where a table goes)."""
+    starts = [i for i, line in enumerate(lines) if line.lstrip("#").strip() == heading and line.startswith("#")]
+    if not starts:
+        raise Missing(f"no heading '{heading}' in the README")
+    i = starts[0] + 1
+    while i < len(lines) and not lines[i].startswith("|") and not lines[i].startswith("#"):
+        i += 1
+    if i == len(lines) or lines[i].startswith("#"):
+        if not insert:
+            raise Missing(f"no table under the heading '{heading}'")
+        while i > starts[0] + 1 and not lines[i - 1].strip():
+            i -= 1
+        return i, i
+    j = i
+    while j < len(lines) and lines[j].startswith("|"):
+        j += 1
+    if j - i < 2:
+        raise Missing(f"no table under the heading '{heading}'")
+    return i, j
+
+
+def replace_table(text: str, heading: str, markdown: str) -> str:
+    """`text` with the first table under `heading` replaced by `markdown` (added after the section's text where it
+    has no table)."""
+    lines = text.splitlines()
+    i, j = table_span(lines, heading, insert=True)
+    table = markdown.rstrip("\n").splitlines()
+    out = lines[:i] + (table if i < j else ["", *table]) + lines[j:]
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 def check(readme: Path, names: list[str], rows: list[tuple[str, list[str]]], heading: str = HEADING) -> list[str]:
@@ -275,20 +371,56 @@ def check(readme: Path, names: list[str], rows: list[tuple[str, list[str]]], hea
     return problems
 
 
+def tables(results: Path, model: str, heading: str, claims_tsv: Path | None = None
+           ) -> list[tuple[str, list[str], list[tuple[str, list[str]]]]]:  # fmt: skip
+    """The README's tables of one run: (heading, columns, rows), the numbers and, where the run has them, the claims."""
+    out = [(heading, *headline_rows(results, model))]
+    claims = read_claims(results, model, claims_tsv)
+    if claims is not None:
+        out.append((claims_heading(model), *claims_rows(claims)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", type=Path, help="the run's results/ folder (or its working directory)")
     ap.add_argument("--model", default=None, help="the model (default: the only one in the results)")
-    ap.add_argument("--check", type=Path, default=None, metavar="README", help="compare with this README's table")
+    ap.add_argument("--claims", action="store_true", help="print the claims table (from claims.tsv) instead")
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--check", type=Path, default=None, metavar="README", help="compare with this README's tables")
+    what.add_argument("--update", type=Path, default=None, metavar="README", help="write the tables into this README")
     ap.add_argument("--heading", default=HEADING, help="the README section whose first table is the headline")
+    ap.add_argument(
+        "--claims-tsv",
+        type=Path,
+        default=None,
+        metavar="TSV",
+        help="read the claims from this file (python -m layergeom.claims writes one for an older run)",
+    )
     args = ap.parse_args(argv)
     try:
         results = results_root(args.results)
-        names, rows = headline_rows(results, pick_model(results, args.model))
-        if args.check is None:
+        model = pick_model(results, args.model)
+        if args.check is None and args.update is None:
+            if args.claims:
+                claims = read_claims(results, model, args.claims_tsv)
+                if claims is None:
+                    raise Missing(f"no {results / model / 'claims.tsv'}: run the workflow's claims rule first")
+                names, rows = claims_rows(claims)
+            else:
+                names, rows = headline_rows(results, model)
             sys.stdout.write(to_markdown(names, rows))
             return 0
-        problems = check(args.check, names, rows, args.heading)
+        found = tables(results, model, args.heading, args.claims_tsv)
+        readme = args.check or args.update
+        text = readme.read_text()
+        if args.update is not None:
+            for heading, names, rows in found:
+                text = replace_table(text, heading, to_markdown(names, rows))
+            readme.write_text(text)
+        problems = [p for heading, names, rows in found for p in check(readme, names, rows, heading)]
+        if len(found) == 1 and any(line.lstrip("#").strip() == claims_heading(model) for line in text.splitlines()):
+            problems.append(f"{readme}: '{claims_heading(model)}' has a table, but the run has no claims.tsv")
     except Missing as err:
         print(f"headline: {err.code}", file=sys.stderr)
         return 2
@@ -296,7 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         print(p, file=sys.stderr)
     if problems:
         return 1
-    print(f"{args.check}: the headline table matches the run ({len(rows)} rows)")
+    n = sum(len(rows) for _, _, rows in found)
+    print(
+        f"{readme}: {'wrote' if args.update else 'the headline tables match'} the run's {len(found)} table(s) ({n} rows)"
+    )
     return 0
 
 

@@ -691,6 +691,28 @@ def training_tables(model):
     return [f"results/{model}/{c}/{t}" for c in checkpoints(model) for t in tables]
 
 
+# ---- claims -------------------------------------------------------------------------------------------
+# the tables of one checkpoint that the claims read (layergeom.claims.table), by name
+CLAIMS_TABLES = ("tokenwise/pooled.tsv", "spectra.tsv", "trends.tsv", "cumulative.tsv", "schur.tsv", "coupling.tsv",
+                 "manifest.json")  # fmt: skip
+
+
+def null_checkpoints(model):
+    """The random-init checkpoints of a model (a checkpoint at step 0 counts too; the claims job reads steps)."""
+    return [c for c in checkpoints(model) if is_init(model, c)]
+
+
+def claims_inputs(wildcards):
+    """The files a model's claims job reads: every checkpoint's per-anchor tokenwise tables and CLAIMS_TABLES."""
+    m = wildcards.model
+    return [
+        path
+        for c in checkpoints(m)
+        for path in [f"results/{m}/{c}/tokenwise/L{l}.tsv" for l in layers(m)]
+        + [f"results/{m}/{c}/{t}" for t in CLAIMS_TABLES]
+    ]
+
+
 # ---- the report: headline tables and manifests next to the figures ------------------------------------
 def table_report(path, name, category="Tables"):
     """A per-checkpoint result file in `snakemake --report`: one subcategory per table, labelled by model and

@@ -134,8 +134,9 @@ def test_check_catches_a_changed_number(tmp_path):
 
 
 def test_headline_of_the_test_run(reference_run, tmp_path):
-    """The table for the test config's two-checkpoint model, its numbers against the run's files read with
-    the csv module, and --check passing on it and failing on one changed number."""
+    """The tables for the test config's two-checkpoint model, the numbers against the run's files read with the
+    csv module and the claims against its claims.tsv, and --check passing on them and failing on one changed
+    number."""
     results = reference_run / "results"
     res = run(results, "--model", "tiny-llama")
     assert res.returncode == 0, res.stderr
@@ -163,12 +164,89 @@ def test_headline_of_the_test_run(reference_run, tmp_path):
             assert rows["numerical rank of every attention J̄_b"][j] == f"{ranks.pop()} of {d_model}"
     for kind in ("attention", "MLP"):
         assert f"Henrici departure, {kind}: first / middle / last third (mean); slope per unit depth" in rows
-    readme = _readme(tmp_path, res.stdout)
-    assert run(results, "--model", "tiny-llama", "--check", readme).returncode == 0
     label = "cumulative erank at full depth, `update` (products of J̄_b)"
     line = next(line for line in res.stdout.splitlines() if line.startswith(f"| {label} |"))
     cells = line.split(" | ")
     cells[1] = "999.9" + cells[1][cells[1].index(" ") :] if " " in cells[1] else "999.9"
-    readme = _readme(tmp_path, res.stdout.replace(line, " | ".join(cells)))
-    bad = run(results, "--model", "tiny-llama", "--check", readme)
+    claims = run(results, "--model", "tiny-llama", "--claims")
+    assert claims.returncode == 0, claims.stderr
+    assert claims.stdout.splitlines()[0] == "| | init | init-b | — vs init |"
+    both = _two_tables(tmp_path, res.stdout, claims.stdout, model="tiny-llama")
+    assert run(results, "--model", "tiny-llama", "--check", both).returncode == 0
+    changed = _two_tables(tmp_path, res.stdout.replace(line, " | ".join(cells)), claims.stdout, model="tiny-llama")
+    bad = run(results, "--model", "tiny-llama", "--check", changed)
     assert bad.returncode == 1 and f"row '{label}' differs" in bad.stderr
+    claim_rows = rows_of(claims.stdout)
+    table = read_rows(results / "tiny-llama" / "claims.tsv")
+    for r in table:
+        scope = " · ".join(x for x in (r["kind"], r["class"], r["variant"]) if x)
+        label = f"`{r['claim']}`" + (f" {scope}" if scope else "")
+        col = ["init", "init-b", "— vs init"].index(f"{r['checkpoint'] or '—'} vs {r['baseline']}" if r["baseline"]
+                                                    else r["checkpoint"])  # fmt: skip
+        assert claim_rows[label][col].startswith(r["verdict"].replace("_", " ")), (label, col)
+    tally = claim_rows["verdicts: holds / fails / reversed / inconclusive / not applicable"]
+    assert sum(int(n) for cell in tally for n in cell.split(" / ")) == len(table)
+
+
+# ---- the claims table (results/{model}/claims.tsv) -----------------------------------------------------------------
+def fake_claims(root) -> None:
+    """A claims.tsv of three rows for the constructed run: a per-kind slope, a pair, a count."""
+    from layergeom.claims.table import COLUMNS
+
+    base = dict.fromkeys(COLUMNS, "")
+    base.update(model="m", paper="B", estimate=np.nan, ci_low=np.nan, ci_high=np.nan, reference=np.nan)
+    table = pd.DataFrame([
+        {**base, "checkpoint": "init", "claim": "B2.henrici_falls", "kind": "attn", "estimate": -0.001,
+         "ci_low": -0.002, "ci_high": 0.0, "verdict": "inconclusive", "reason": "r"},
+        {**base, "checkpoint": "trained", "claim": "B2.henrici_falls", "kind": "attn", "estimate": -0.1834,
+         "ci_low": -0.2951, "ci_high": -0.0802, "verdict": "holds", "reason": "r"},
+        {**base, "checkpoint": "trained", "baseline": "init", "claim": "B5.coupling_grows", "estimate": 21.0,
+         "reference": 0.0, "compared_with": "init", "verdict": "holds", "reason": "r"},
+    ])[COLUMNS]  # fmt: skip
+    write_tsv(table, root / "results" / "m" / "claims.tsv")
+
+
+def _two_tables(tmp_path, numbers: str, claims: str, model: str = "m"):
+    p = tmp_path / "README.md"
+    p.write_text(f"# x\n\n## What the embedded model shows\n\n{numbers}\n### The papers' claims: {model}\n\nWords.\n\n"
+                 f"{claims}\nMore words.\n\n## Next\n")  # fmt: skip
+    return p
+
+
+def test_claims_table_check_and_update(tmp_path):
+    fake_run(tmp_path, np.random.default_rng(2))
+    fake_claims(tmp_path)
+    claims = res = run(tmp_path / "results", "--claims")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0] == "| | init | trained | trained vs init |"
+    rows = rows_of(res.stdout)
+    assert rows["`B2.henrici_falls` attn"] == ["inconclusive −0.00100 [−0.00200, 0.00]", "holds −0.183 [−0.295, −0.0802]",
+                                              ""]  # fmt: skip
+    assert rows["`B5.coupling_grows`"] == ["", "", "holds 21 (init 0)"]
+    assert rows["verdicts: holds / fails / reversed / inconclusive / not applicable"] == [
+        "0 / 0 / 0 / 1 / 0", "1 / 0 / 0 / 0 / 0", "1 / 0 / 0 / 0 / 0"]  # fmt: skip
+    numbers = run(tmp_path / "results").stdout
+    stale = _two_tables(tmp_path, numbers.replace("2 of 6", "5 of 6", 1), res.stdout.replace("holds 21", "holds 14"))
+    assert run(tmp_path / "results", "--check", stale).returncode == 1
+    up = run(tmp_path / "results", "--update", stale)
+    assert up.returncode == 0, up.stderr
+    text = stale.read_text()
+    assert numbers in text and res.stdout in text and text.endswith("More words.\n\n## Next\n")  # in place
+    assert run(tmp_path / "results", "--check", stale).returncode == 0
+    empty = _two_tables(tmp_path, numbers, "")  # a claims section with no table yet: --update adds one
+    assert run(tmp_path / "results", "--check", empty).returncode == 2
+    assert run(tmp_path / "results", "--update", empty).returncode == 0
+    added = empty.read_text()
+    assert added.index("Words.") < added.index(res.stdout) < added.index("## Next")  # at the end of its section
+    assert run(tmp_path / "results", "--check", empty).returncode == 0
+    bad = run(
+        tmp_path / "results",
+        "--check",
+        _two_tables(tmp_path, numbers, res.stdout.replace("holds −0.183", "fails −0.183")),
+    )
+    assert bad.returncode == 1 and "row '`B2.henrici_falls` attn' differs" in bad.stderr
+    alone = run(tmp_path / "results", "--check", _readme(tmp_path, numbers))  # the README lacks the claims
+    assert alone.returncode == 2 and "no heading 'The papers' claims: m'" in alone.stderr
+    (tmp_path / "results" / "m" / "claims.tsv").unlink()  # the README has claims the run does not
+    res = run(tmp_path / "results", "--check", _two_tables(tmp_path, numbers, claims.stdout))
+    assert res.returncode == 1 and "the run has no claims.tsv" in res.stderr

@@ -185,6 +185,8 @@ def documented_tables() -> dict[str, Columns]:
         r"[^/]+/training\.tsv": Columns(),  # loss curves: no columns promised (and no train model in test.yaml)
         r"[^/]+/training_dynamics\.tsv": per_kind,
         r"figures/coupling_significant_layers\.tsv": _bullet(text, "(with its `.tsv`:", "`training_"),
+        r"[^/]+/claims\.tsv": _bullet(text, "- `claims.tsv` —", "\n\n"),
+        r"claims\.tsv": _bullet(text, "- `claims.tsv` —", "\n\n"),  # results/claims.tsv: the same columns
     })  # fmt: skip
     return out
 

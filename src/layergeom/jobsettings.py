@@ -184,6 +184,14 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
         *_keys("topology", "resolution", "amplification", "n_permutations", "fdr_q"),
     ),
     "topology_graph_figure": ("seed",),
+    # ---- the papers' claims (per model, from the tables above; intervals of its own at those stages' levels) ----
+    "claims": (
+        "seed",
+        "tokenwise.bootstrap",
+        "tokenwise.ci_level",
+        "spectra.ci_level",
+        *_keys("claims", "rho_threshold", "residual_angle_deg", "complex_fraction"),
+    ),
     # ---- training (source: train); its threads are train.threads, its seed train.seed ----
     "train_model": (
         "device",
@@ -215,7 +223,7 @@ OTHER_KEYS: dict[str, str] = {
 }
 
 #: sections whose keys are merged per model (``models.<name>.overrides.<section>``)
-SECTIONS = ("activations", "tokenwise", "spectra", "topology", "train")
+SECTIONS = ("activations", "tokenwise", "spectra", "topology", "train", "claims")
 
 
 def _get(tree: dict, dotted: str):
