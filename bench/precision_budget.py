@@ -451,6 +451,9 @@ def main():
                      help="results/ of runs of config/config.yaml and config/gemma3.yaml")  # fmt: skip
     run.add_argument("--work", type=Path, default=Path("/work/runs/budget"), help="tables kept here (resumable)")
     run.add_argument("--d", type=int, default=4096, help="width of the synthetic set")
+    run.add_argument("--orders", type=int, default=2,
+                     help="spectra.schur_orders of the runs' sets (each random order is one more chain of the same "
+                          "kind; the configs' 8 would take four times as long); the synthetic set takes 2")  # fmt: skip
     sub.add_parser("render")
     args = ap.parse_args()
     if args.cmd == "render":
@@ -465,6 +468,7 @@ def main():
             hen = {n: henrici(np.load(folder / f"{n}.npy")) for n in names if n.endswith("mlp")}
         else:
             folder, names, cfg, seed = sets[name]
+            cfg = cfg | {"schur_orders": args.orders}
             label, hen = name, None
             if not (folder / f"{names[-1]}.npy").exists():
                 print(f"{name}: no J̄ in {folder} (run its config first); skipped", flush=True)
