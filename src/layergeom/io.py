@@ -125,8 +125,13 @@ def write_tsv(df: pd.DataFrame, path: str | os.PathLike, *, stage: str | None = 
 def read_tsv(path: str | os.PathLike, *, exact: bool = False) -> pd.DataFrame:
     """Read a TSV written by ``write_tsv`` (`nan` as missing, true/false back to booleans); ``exact``: every float
     back to the very float that was written (pandas' round-trip parser; the default parser may miss by an ulp)."""
-    df = pd.read_csv(path, sep="\t", na_values=["nan"], keep_default_na=False,
-                     float_precision="round_trip" if exact else None)  # fmt: skip
+    df = pd.read_csv(path, sep="\t", na_values=["nan"], keep_default_na=False)
+    if (
+        exact
+    ):  # pandas' own parser may miss by an ulp (its round-trip option is deprecated): Python's, correctly rounded
+        text = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+        for col in df.columns[df.dtypes == np.float64]:
+            df[col] = np.array([float(v) for v in text[col]], dtype=np.float64)
     for col in df.columns:
         if df[col].dtype == object and len(df) and set(df[col].dropna().unique()) <= {"true", "false"}:
             df[col] = df[col] == "true"

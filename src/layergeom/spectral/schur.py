@@ -64,7 +64,7 @@ from scipy.linalg.lapack import ztrexc, ztrsyl
 from scipy.optimize import linear_sum_assignment
 
 from ..resume import NO_SNAPSHOTS, Snapshots
-from ..runtime import progress
+from ..runtime import LayergeomError, progress
 from .cumulative import VARIANTS, ProductChain, step_operator, tangent_floor
 from .intervals import jackknife_interval
 from .settings import schur_alphas, schur_chains, schur_order_alphas, schur_runs
@@ -692,8 +692,6 @@ def alpha_one(cumulative: pd.DataFrame, boundaries: list[str], variants) -> dict
     from cumulative.tsv: J(1) = J̄, whose products that table composes (the same operators, products and
     singular-value routes: the same erank and log-norm, bit for bit), with its interval (over its replicates,
     spectra.ci_blocks). Raises LayergeomError naming what does not match the checkpoint's boundaries."""
-    from ..runtime import LayergeomError
-
     out = {}
     for v in variants:
         part = cumulative[cumulative["variant"] == v].sort_values("depth")
