@@ -506,8 +506,8 @@ def check(
             "passed": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "resolution": f"`{RESOLUTIONS[end]}`",
             "python": py,
-            "tests": " + ".join(f"{r['passed']} passed" for r in results.values())
-            + (f" (pytest {' '.join(extra)})" if extra else ""),
+            "tests": "; ".join(f"{k}: {r['passed']} passed, {r['skipped']} skipped" for k, r in results.items())
+            + (f"; pytest {' '.join(extra)}" if extra else ""),
             "ranges-sha256": f"`{ranges_digest()}`",
         }
         write_record(end, meta, direct)
