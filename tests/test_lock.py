@@ -212,3 +212,9 @@ def test_the_record_keeps_the_other_end(tmp_path, monkeypatch):
     assert record["lowest"]["numpy"] == versions["numpy"] and record["highest"]["numpy"] == "9.9"
     assert "ranges-sha256" not in record["highest"]
     assert page.read_text().startswith("# x\n\n") and page.read_text().endswith(f"{lock.RECORD_END}\n\nafter\n")
+
+
+def test_check_without_uv_says_so():
+    res = subprocess.run([sys.executable, "tools/lock.py", "check", "--resolution", "lowest", "--uv", "no-such-uv"],
+                         cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert res.returncode != 0 and "needs uv" in res.stderr.strip().splitlines()[-1]

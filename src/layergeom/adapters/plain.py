@@ -16,6 +16,7 @@ adapter names. Two mechanisms of transformers put other code in their place:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import re
@@ -25,8 +26,8 @@ from torch import nn
 
 from ..runtime import LayergeomError
 
-# `use_kernel_func_from_hub_with_fallback("<function>", "<package>")`: transformers' modeling code calls the
-# package's kernel for inputs on the devices it supports (CUDA) where the package is installed
+# `use_kernel_func_from_hub_with_fallback("<function>", "<package>")`: where the package is installed, transformers'
+# modeling code calls its kernel instead of the decorated torch function (5.25: for CUDA inputs; before: for all)
 _FALLBACK = re.compile(r"use_kernel_func_from_hub_with_fallback\(\s*['\"][^'\"]+['\"]\s*,\s*['\"]([\w.]+)['\"]")
 
 
@@ -44,17 +45,23 @@ def swapped_modules(model: nn.Module) -> list[str]:
 
 
 def fused_packages(model: nn.Module) -> list[str]:
-    """Installed packages whose fused kernels the model's modeling code calls for CUDA inputs."""
+    """Installed packages whose fused kernels the model's modeling code calls instead of its torch code."""
+    return sorted(p for p in listed_packages(type(model)) if importlib.util.find_spec(p.split(".")[0]) is not None)
+
+
+@functools.cache
+def listed_packages(cls: type) -> frozenset[str]:
+    """The fused packages that the modeling code of a model class (and its transformers bases) lists."""
     packages = set()
-    for cls in type(model).__mro__:
-        if not cls.__module__.startswith("transformers.models."):
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("transformers.models."):
             continue
         try:
-            source = Path(inspect.getsourcefile(cls)).read_text()
+            source = Path(inspect.getsourcefile(klass)).read_text()
         except (TypeError, OSError):
             continue
         packages |= set(_FALLBACK.findall(source))
-    return sorted(p for p in packages if importlib.util.find_spec(p.split(".")[0]) is not None)
+    return frozenset(packages)
 
 
 def check_plain(model: nn.Module) -> None:
