@@ -166,3 +166,55 @@ def test_the_venv_install_sh_made_holds_exactly_the_lock():
         pytest.skip("not running in the .venv that tools/install.sh made")
     flavour = stamp.read_text().split()[-1]
     assert lock.check_installed(flavour) == []
+
+
+# ---- the ends of pyproject's ranges (tools/lock.py check) ------------------------------------------------
+def test_the_tested_ends_are_pyprojects_ranges_as_they_are_now():
+    """docs/cluster.md's table of tested versions (`tools/lock.py check --resolution lowest|highest --record`) is
+    of pyproject's ranges now: both ends passed on them, each version inside its range, and the lowest end at
+    exactly every lower bound. A range changed since: run the check of both ends again (docs/cluster.md)."""
+    record = lock.read_record()
+    for end in ("lowest", "highest"):
+        assert record[end].get("ranges-sha256", "").strip("`") == lock.ranges_digest(), (
+            f"pyproject's ranges are not the ones the {end} end passed on: python tools/lock.py check "
+            f"--resolution {end} --record"
+        )
+        assert not lock.range_problems(end, record[end]), end
+    assert record["range"] == {lock.canon(r.name): str(r.specifier) for r in lock.direct_requirements()}
+
+
+def test_range_problems_name_a_lower_bound_that_was_not_tested():
+    reqs = lock.direct_requirements()
+    at_bounds = {lock.canon(r.name): lock.lower_bound(r) for r in reqs}
+    assert None not in at_bounds.values(), "a direct dependency without a single lower bound (>=)"
+    assert lock.range_problems("lowest", at_bounds) == []
+    assert lock.range_problems("lowest", {**at_bounds, "torch": at_bounds["torch"] + "+cpu"}) == []  # the CPU build
+    above = {**at_bounds, "numpy": at_bounds["numpy"] + ".1"}
+    (problem,) = lock.range_problems("lowest", above)
+    assert "numpy" in problem and "raise the bound" in problem
+    assert lock.range_problems("highest", above) == []  # the highest end checks the ranges only
+    (missing,) = lock.range_problems("highest", {k: v for k, v in at_bounds.items() if k != "pyyaml"})
+    assert "pyyaml was not resolved" in missing
+    (outside,) = lock.range_problems("highest", {**at_bounds, "transformers": "4.0.0"})
+    assert "outside" in outside
+
+
+def test_the_record_keeps_the_other_end(tmp_path, monkeypatch):
+    """`check --record` of one end rewrites its column only, inside the marked block of the page."""
+    page = tmp_path / "cluster.md"
+    page.write_text(f"# x\n\n{lock.RECORD_BEGIN}\n{lock.RECORD_END}\n\nafter\n")
+    monkeypatch.setattr(lock, "RECORD", page)
+    versions = {lock.canon(r.name): lock.lower_bound(r) for r in lock.direct_requirements()}
+    lock.write_record("lowest", {"passed": "2026-01-01 00:00 UTC", "ranges-sha256": "`abc`"}, versions)
+    lock.write_record("highest", {"passed": "2026-01-02 00:00 UTC"}, {**versions, "numpy": "9.9"})
+    record = lock.read_record()
+    assert record["lowest"]["passed"] == "2026-01-01 00:00 UTC" and record["lowest"]["ranges-sha256"] == "`abc`"
+    assert record["lowest"]["numpy"] == versions["numpy"] and record["highest"]["numpy"] == "9.9"
+    assert "ranges-sha256" not in record["highest"]
+    assert page.read_text().startswith("# x\n\n") and page.read_text().endswith(f"{lock.RECORD_END}\n\nafter\n")
+
+
+def test_check_without_uv_says_so():
+    res = subprocess.run([sys.executable, "tools/lock.py", "check", "--resolution", "lowest", "--uv", "no-such-uv"],
+                         cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert res.returncode != 0 and "needs uv" in res.stderr.strip().splitlines()[-1]

@@ -1,10 +1,13 @@
 """The hash-locked environments, from PyPI alone (docs/cluster.md, "Locked environments").
 
-    python tools/lock.py compile [--upgrade] [--torch-cpu-wheel WHEEL ...]   # needs uv and PyPI: rewrites requirements/, envs/
+    python tools/lock.py compile [--upgrade | --upgrade-package NAME] [--torch-cpu-wheel WHEEL ...]   # needs uv and PyPI: rewrites requirements/, envs/
     python tools/lock.py envs                                    # offline: rewrites envs/*.yaml from requirements/
     python tools/lock.py pins NAME...                            # install.sh: lock.txt's lines of these packages
     python tools/lock.py torch-args cpu|cuda                     # install.sh: pip arguments of the torch step
     python tools/lock.py check-installed cpu|cuda [--extras]     # install.sh: this interpreter's packages = the lock
+    python tools/lock.py check --resolution lowest|highest [--torch-wheel WHEEL] [--record]
+                                                                 # needs uv and PyPI: a venv of one end of pyproject's
+                                                                 # ranges, the adapter contract and the unit tests
 
 `compile` resolves pyproject.toml's dependencies with its extras `workflow` and `test`, plus requirements/lock.in
 (the exact torch, pip, and the setuptools that builds layergeom) with UV_COMMAND below, one universal resolution
@@ -21,6 +24,15 @@ download.pytorch.org/whl/cpu): the sha256 of the wheel files given with --torch-
 `compile` without them keeps the file as it is). Its dependencies are the CPU wheel's own Requires-Dist, which are
 all in lock.txt.
 
+`check` tests the ranges that pyproject.toml publishes (what `pip install -e ".[workflow,test]"` may resolve) at
+their two ends, outside the lock: `--resolution lowest` resolves every direct dependency to its oldest allowed
+release (uv's `lowest-direct`), `highest` everything to its newest; each builds a venv (.venvs-check/<end>) and
+runs the adapter contract (tests/test_adapters.py), then the other unit tests (`-m 'not dag'`). The lowest end
+fails unless each direct dependency resolves to exactly its declared lower bound (a bound that does not resolve
+with the rest is not a tested version). `--record` writes the versions of a passing end, the date and the digest
+of the ranges into docs/cluster.md ("Tested version ranges"), which tests/test_lock.py checks against pyproject.
+`--torch-wheel` installs a local torch wheel of the resolved version (the CPU build) instead of PyPI's.
+
 Each envs/*.yaml gets the exact closure of its roots (ENV_ROOTS) inline in `pip:`, lines copied from the lock
 files with their hashes: Snakemake hashes the yaml's text, not a file it references.
 """
@@ -28,12 +40,16 @@ files with their hashes: Snakemake hashes the yaml's text, not a file it referen
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,8 +265,9 @@ def write_torch_cpu(wheels: list[Path], torch_version: str) -> None:
     )
 
 
-def compile_lock(uv: str, cpu_wheels: list[Path], upgrade: bool = False) -> None:
+def compile_lock(uv: str, cpu_wheels: list[Path], upgrade: bool = False, upgrade_packages: list[str] = ()) -> None:
     cmd = [uv, *UV_COMMAND[1:], *(["--upgrade"] if upgrade else [])]
+    cmd += [a for name in upgrade_packages for a in ("--upgrade-package", name)]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "all.txt"
         if not upgrade:  # uv prefers the versions an existing output file pins
@@ -339,6 +356,207 @@ def write_envs() -> None:
         path.write_text(env_text(env, path.read_text() if path.exists() else ""))  # a new env: no intro yet
 
 
+# ---- check: the two ends of pyproject's ranges -------------------------------------------------------
+RESOLUTIONS = {"lowest": "lowest-direct", "highest": "highest"}  # uv's --resolution for each end
+CHECK_DIR = ROOT / ".venvs-check"
+RECORD = ROOT / "docs" / "cluster.md"
+RECORD_BEGIN = "<!-- tools/lock.py check --record writes this table: do not edit -->"
+RECORD_END = "<!-- end of the table tools/lock.py check --record writes -->"
+# what each end runs: the adapter contract first (it fails fastest where a transformers release breaks an
+# adapter), then every other unit test
+# (the test of the record that `check --record` writes is left out: it holds once this run has recorded)
+CHECK_RUNS = {
+    "adapter contract": ["tests/test_adapters.py"],
+    "unit tests": ["-m", "not dag", "-n", "2", "--ignore", "tests/test_adapters.py",
+                   "--deselect", "tests/test_lock.py::test_the_tested_ends_are_pyprojects_ranges_as_they_are_now"],
+}  # fmt: skip
+META_ROWS = ("passed", "resolution", "python", "tests", "ranges-sha256")
+
+
+def direct_requirements() -> list:
+    """pyproject's dependencies and its extras workflow and test: what `pip install -e ".[workflow,test]"` asks."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = [*project["dependencies"], *(r for k in ("workflow", "test") for r in project["optional-dependencies"][k])]
+    return [Requirement(r) for r in reqs]
+
+
+def ranges_digest() -> str:
+    """sha256 of the ranges the ends test: the direct requirements and requires-python."""
+    import tomllib
+
+    python = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    reqs = sorted(f"{canon(r.name)}{r.specifier}" for r in direct_requirements())
+    return hashlib.sha256(json.dumps([python, reqs]).encode()).hexdigest()
+
+
+def lower_bound(req) -> str | None:
+    """The version of a requirement's `>=` (or `==`) clause."""
+    bounds = [sp.version for sp in req.specifier if sp.operator in (">=", "==")]
+    return bounds[0] if len(bounds) == 1 else None
+
+
+def public(version: str) -> str:
+    """A version without its local label (torch's `+cpu`)."""
+    return version.split("+")[0]
+
+
+def range_problems(end: str, versions: dict[str, str]) -> list[str]:
+    """What is wrong with pyproject's ranges at one end, given the versions that end resolved (name -> version).
+
+    Every direct dependency is resolved and inside its range; at the lowest end each one is exactly its lower
+    bound, so that the bound is a version that was tested and not one that merely parses."""
+    from packaging.version import Version
+
+    problems = []
+    for req in direct_requirements():
+        name, got = canon(req.name), versions.get(canon(req.name))
+        if got is None:
+            problems.append(f"{name} was not resolved")
+            continue
+        if not req.specifier.contains(public(got), prereleases=True):
+            problems.append(f"{name}=={got} is outside pyproject's {req}")
+        if end != "lowest":
+            continue
+        low = lower_bound(req)
+        if low is None:
+            problems.append(f"{req} has no single lower bound (>=): the lowest end would test whatever is oldest")
+        elif Version(public(got)) != Version(low):
+            problems.append(
+                f"pyproject says {req}, but the lowest resolution takes {name} {got} ({low} does not resolve with "
+                f"the other lower bounds, so it was never tested): raise the bound to >={public(got)}"
+            )
+    return problems
+
+
+def check_venv(uv: str, end: str, python: str, torch_wheel: Path | None, venv: Path) -> dict[str, str]:
+    """Resolve one end of pyproject's ranges for `python` and install it, with layergeom, into a fresh `venv`.
+    Returns the resolved versions (name -> version; torch's local label where --torch-wheel gave the build)."""
+    if venv.exists():
+        shutil.rmtree(venv)
+    subprocess.run([uv, "venv", "--quiet", "--no-config", "--python", python, str(venv)], check=True)
+    vpy = str(venv / "bin" / "python")
+    resolved = venv / "resolved.txt"
+    compile_cmd = [uv, "pip", "compile", "pyproject.toml", "--extra", "workflow", "--extra", "test",
+                   "--resolution", RESOLUTIONS[end], "--python", vpy, "--index-url", PYPI, "--no-config",
+                   "--no-header", "--annotation-style", "split", "--quiet", "-o", str(resolved)]  # fmt: skip
+    subprocess.run(compile_cmd, cwd=ROOT, check=True)
+    entries = parse_lock(resolved.read_text())
+    for e in entries:
+        e.via = [v.replace(str(ROOT) + "/", "") for v in e.via]
+    lines = [e.requirement for e in entries]
+    if torch_wheel is not None:
+        (torch,) = [e for e in entries if e.name == "torch"]
+        version = wheel_info(torch_wheel)[0]
+        if public(version) != torch.version:
+            raise SystemExit(f"{torch_wheel.name} is torch {version}; the {end} end resolves torch {torch.version}")
+        drop = split_closure(entries) | {"torch"}  # PyPI's CUDA build and what only it needs
+        lines = [e.requirement for e in entries if e.name not in drop] + [f"torch @ {torch_wheel.resolve().as_uri()}"]
+        entries = [e for e in entries if e.name not in drop] + [Entry("torch", version)]
+    installing = venv / "install.txt"
+    installing.write_text("\n".join(lines) + "\n")
+    subprocess.run([uv, "pip", "sync", "--quiet", "--no-config", "--python", vpy, "--index-url", PYPI, str(installing)],
+                   cwd=ROOT, check=True)  # fmt: skip
+    subprocess.run([uv, "pip", "install", "--quiet", "--no-config", "--python", vpy, "--index-url", PYPI, "--no-deps",
+                    "-e", "."], cwd=ROOT, check=True)  # fmt: skip
+    return {e.name: e.version for e in entries}
+
+
+def run_tests(venv: Path, args: list[str], junit: Path) -> dict[str, int]:
+    """pytest in `venv` from the repository root; the counts of its junit report."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    cmd = [str(venv / "bin" / "python"), "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", *args]
+    rc = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    if not junit.exists():
+        return {"passed": 0, "failed": 1, "rc": rc}
+    suites = ET.parse(junit).getroot()
+    suites = [suites] if suites.tag == "testsuite" else list(suites)
+    n = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    return {"passed": n["tests"] - n["failures"] - n["errors"] - n["skipped"], "failed": n["failures"] + n["errors"],
+            "skipped": n["skipped"], "rc": rc}  # fmt: skip
+
+
+def check(
+    uv: str, end: str, python: str, torch_wheel: Path | None, record: bool, venv_dir: Path, extra: list[str]
+) -> int:
+    venv = venv_dir / end
+    versions = check_venv(uv, end, python, torch_wheel, venv)
+    problems = range_problems(end, versions)
+    results = {}
+    for label, args in CHECK_RUNS.items():
+        results[label] = run_tests(venv, [*args, *extra], venv / f"junit-{len(results)}.xml")
+        print(f"tools/lock.py check: {end} end, {label}: {results[label]['passed']} passed, "
+              f"{results[label]['failed']} failed, {results[label].get('skipped', 0)} skipped", flush=True)  # fmt: skip
+    failed = [k for k, r in results.items() if r["failed"] or r["rc"] not in (0, 5)]
+    direct = {canon(r.name): versions[canon(r.name)] for r in direct_requirements() if canon(r.name) in versions}
+    print(f"tools/lock.py check: the {end} end resolved " + ", ".join(f"{k} {v}" for k, v in direct.items()))
+    for p in problems:
+        print(f"tools/lock.py check: {p}", file=sys.stderr)
+    if failed or problems:
+        print(f"tools/lock.py check: the {end} end FAILED ({', '.join(failed) or 'ranges'}); the venv is {venv}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if record:
+        py = subprocess.run([str(venv / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
+                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        meta = {
+            "passed": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "resolution": f"`{RESOLUTIONS[end]}`",
+            "python": py,
+            "tests": "; ".join(f"{k}: {r['passed']} passed, {r['skipped']} skipped" for k, r in results.items())
+            + (f"; pytest {' '.join(extra)}" if extra else ""),
+            "ranges-sha256": f"`{ranges_digest()}`",
+        }
+        write_record(end, meta, direct)
+        print(f"tools/lock.py check: recorded the {end} end in {RECORD.relative_to(ROOT)}")
+    print(f"tools/lock.py check: the {end} end passed")
+    return 0
+
+
+def read_record(text: str | None = None) -> dict[str, dict[str, str]]:
+    """The table `check --record` writes: {"lowest"|"highest": {row: value}}, rows = META_ROWS and package names;
+    also {"range": {package: range}}."""
+    text = RECORD.read_text() if text is None else text
+    if RECORD_BEGIN not in text:
+        return {"lowest": {}, "highest": {}, "range": {}}
+    block = text.split(RECORD_BEGIN, 1)[1].split(RECORD_END, 1)[0]
+    out: dict[str, dict[str, str]] = {"lowest": {}, "highest": {}, "range": {}}
+    for line in block.strip().splitlines()[2:]:  # past the header and its rule
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4:
+            continue
+        key = cells[0].strip("`*")
+        if cells[1]:
+            out["range"][key] = cells[1].strip("`")
+        for end, cell in zip(("lowest", "highest"), cells[2:]):
+            if cell and cell != "–":
+                out[end][key] = cell
+    return out
+
+
+def write_record(end: str, meta: dict[str, str], versions: dict[str, str]) -> None:
+    """Put one end's result into the table (the other end's column kept as it was)."""
+    old = read_record()
+    ends = {"lowest": old["lowest"], "highest": old["highest"]}
+    ends[end] = {**meta, **versions}
+    ranges = {canon(r.name): str(r.specifier) for r in direct_requirements()}
+    rows = ["| | pyproject.toml | lowest end | highest end |", "|---|---|---|---|"]
+    rows += [f"| *{k}* | | {ends['lowest'].get(k, '–')} | {ends['highest'].get(k, '–')} |" for k in META_ROWS]
+    rows += [
+        f"| `{n}` | `{r}` | {ends['lowest'].get(n, '–')} | {ends['highest'].get(n, '–')} |" for n, r in ranges.items()
+    ]
+    table = "\n".join([RECORD_BEGIN, *rows, RECORD_END])
+    text = RECORD.read_text()
+    if RECORD_BEGIN not in text:
+        raise SystemExit(f"{RECORD.relative_to(ROOT)} has no line {RECORD_BEGIN!r} to put the table after")
+    head, rest = text.split(RECORD_BEGIN, 1)
+    tail = rest.split(RECORD_END, 1)[1] if RECORD_END in rest else rest
+    RECORD.write_text(head + table + tail)
+
+
 # ---- install.sh ------------------------------------------------------------------------------------
 def selected(flavour: str) -> list[Entry]:
     """The lock entries this interpreter installs with LAYERGEOM_TORCH=flavour (lock.txt + one torch file)."""
@@ -399,6 +617,7 @@ def main() -> None:
     c = sub.add_parser("compile", help="resolve against PyPI with uv; rewrite requirements/ and envs/")
     c.add_argument("--uv", default="uv")
     c.add_argument("--upgrade", action="store_true", help="resolve afresh (default: keep the locked versions)")
+    c.add_argument("--upgrade-package", action="append", default=[], metavar="NAME", help="resolve NAME afresh")
     c.add_argument("--torch-cpu-wheel", type=Path, nargs="*", default=[])
     sub.add_parser("envs", help="rewrite envs/*.yaml from requirements/ (offline)")
     sub.add_parser("pins", help="lock.txt's lines of these packages (install.sh: the installer first)").add_argument(
@@ -406,9 +625,21 @@ def main() -> None:
     )
     for name in ("torch-args", "check-installed", "extras"):
         sub.add_parser(name).add_argument("flavour")
+    k = sub.add_parser("check", help="a venv of one end of pyproject's ranges; the adapter contract and unit tests")
+    k.add_argument("--resolution", choices=sorted(RESOLUTIONS), required=True)
+    k.add_argument("--uv", default="uv")
+    k.add_argument("--python", default=sys.executable, help="the interpreter of the venv (default: this one)")
+    k.add_argument("--torch-wheel", type=Path, help="a local torch wheel of the resolved version (e.g. its CPU build)")
+    k.add_argument("--record", action="store_true", help="on success, write the end into docs/cluster.md")
+    k.add_argument("--venv-dir", type=Path, default=CHECK_DIR)
+    k.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments (recorded with the result)")
     a = ap.parse_args()
+    if a.cmd == "check":
+        if shutil.which(a.uv) is None:
+            sys.exit(f"tools/lock.py check needs uv ({a.uv!r} is not on PATH): pip install uv, or pass --uv PATH")
+        sys.exit(check(a.uv, a.resolution, a.python, a.torch_wheel, a.record, a.venv_dir, a.pytest_args))
     if a.cmd == "compile":
-        compile_lock(a.uv, a.torch_cpu_wheel, a.upgrade)
+        compile_lock(a.uv, a.torch_cpu_wheel, a.upgrade, a.upgrade_package)
     elif a.cmd == "envs":
         write_envs()
     elif a.cmd == "torch-args":

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from .adapters import MODEL_TYPES, adapter_class
+from .adapters.plain import check_plain
 from .fetch import DOWNLOAD_JSON, EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
 from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, gguf_config, gguf_metadata, read_json
 from .runtime import LayergeomError, atomic_path
@@ -41,6 +42,9 @@ log = logging.getLogger("layergeom")
 
 WEIGHTS = "model.safetensors"
 SOURCE_JSON = "source.json"
+#: every from_pretrained: no hub kernel in place of the model's own code (transformers >= 5.25 kernelizes by
+#: default where the ``kernels`` package is installed, which it requires); adapters.plain checks the result
+NO_KERNELS = {"use_kernels": False}
 #: the weight dtypes a checkpoint can be materialised and run in (``models.<m>.dtype``)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -140,6 +144,7 @@ def random_from_config(cfg, seed: int, dtype=torch.float32):
     model = AutoModelForCausalLM.from_config(
         cfg, dtype=dtype, attn_implementation="eager", experts_implementation="eager"
     )
+    check_plain(model)
     return model.eval()
 
 
@@ -165,9 +170,12 @@ def load_model(path: str | os.PathLike, device: str = "cpu", dtype=None):
         local_files_only=True,
         output_loading_info=True,
         ignore_mismatched_sizes=True,  # reported by name in check_loading_info, then refused
+        **NO_KERNELS,
     )
     check_loading_info(model, info, path)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    check_plain(model)
+    return model
 
 
 def load_tokenizer(path: str | os.PathLike):
@@ -350,6 +358,7 @@ def _from_pretrained(where: str, revision: str | None, mcfg: dict, *, name: str 
             attn_implementation="eager",
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # reported by name in check_loading_info, then refused
+            **NO_KERNELS,
             **common,
         )
     except ValueError as err:
@@ -364,6 +373,7 @@ def _from_pretrained(where: str, revision: str | None, mcfg: dict, *, name: str 
             f"does not unpickle (it can run code); use a revision with safetensors weights or convert them"
         ) from None
     check_loading_info(model, info, where)
+    check_plain(model)
     try:
         tok = AutoTokenizer.from_pretrained(where, **common)
     except (ValueError, OSError) as err:

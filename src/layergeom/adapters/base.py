@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ..names import FAMILY_KINDS, FINAL, KIND_ORDER, boundary_names, parse_boundary  # noqa: F401  (re-exported)
+from .plain import check_plain
 
 # transformers' attention layer types -> the short names used for masks and rotary tables
 HF_LAYER_TYPES = {"sliding_attention": "sliding", "full_attention": "full"}
@@ -132,9 +133,10 @@ class CleanRun:
 
 
 def cache_kwarg(module: nn.Module) -> str:
-    """transformers 5.x renames ``past_key_values`` to ``cache``; use whichever the block takes."""
+    """transformers 5.x renames ``past_key_values`` (Mamba: ``cache_params``, up to 5.23) to ``cache``; use whichever
+    the block takes."""
     params = inspect.signature(module.forward).parameters
-    for name in ("cache", "past_key_values", "layer_past"):
+    for name in ("cache", "past_key_values", "cache_params", "layer_past"):
         if name in params:
             return name
     raise TypeError(f"{type(module).__name__}.forward takes no cache argument")
@@ -169,6 +171,7 @@ class Adapter:
         if model_type not in self.model_types:
             raise ValueError(f"the {self.family} adapter handles model types {self.model_types}, got '{model_type}'")
         self.model = model.eval()
+        check_plain(self.model)  # the model's own torch code: no hub kernel or fused package in its place
         self.config = model.config
         self.text_config = model.config.get_text_config()  # the decoder's settings (multimodal wrappers)
         self.check_config()

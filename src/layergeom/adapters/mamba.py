@@ -14,7 +14,13 @@ from .base import Adapter, CleanRun, cache_kwarg
 
 
 class MambaStates:
-    """Duck-typed Mamba cache: per layer a conv window (B, d_inner, K) and an SSM state (B, d_inner, N)."""
+    """Duck-typed Mamba cache: per layer a conv window (B, d_inner, K) and an SSM state (B, d_inner, N).
+
+    Only the mixer's one-token recurrent step reads it. transformers up to 5.24 updates both states in place;
+    5.25 also counts the step (``increase_count``) and hands the new SSM state back (``update_recurrent_state``)
+    instead of writing into the old one. Both are served here; a method that a later transformers calls and
+    this class lacks ends in one clear error (pyproject.toml's range for transformers is what was tested).
+    """
 
     def __init__(self, states: dict[int, tuple[torch.Tensor, torch.Tensor]]):
         self.states = states
@@ -27,6 +33,26 @@ class MambaStates:
 
     def is_recording_past(self, layer_idx):
         return False
+
+    def increase_count(self, layer_idx, state_idx=0):
+        """transformers >= 5.25 counts the decoded steps; the states are all this cache keeps."""
+
+    def update_recurrent_state(self, recurrent_state, layer_idx, state_idx=0, **kwargs):
+        """transformers >= 5.25: the step's new SSM state replaces the old one (earlier versions wrote in place)."""
+        if isinstance(recurrent_state, list | tuple):  # the states after each of several steps: the last
+            recurrent_state = recurrent_state[-1]
+        self.states[layer_idx] = (self.states[layer_idx][0], recurrent_state)
+        return recurrent_state
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        import transformers
+
+        raise AttributeError(
+            f"transformers {transformers.__version__}'s Mamba mixer asks its cache for '{name}', which the Mamba "
+            f"adapter's state cache does not provide: use a transformers version in pyproject.toml's range"
+        )
 
 
 class MambaAdapter(Adapter):
