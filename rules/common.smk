@@ -41,6 +41,9 @@ from layergeom.spectral.settings import (
 from layergeom.sources import INPUTS as MATERIALIZE_INPUTS, loader_of
 
 try:
+    # YAML keeps the last of a key written twice: each config file read is checked for that first
+    for _f in workflow.configfiles:
+        lgconfig.check_file(_f)
     lgconfig.validate(config)
     # family and n_layers from the model's config where left out; a contradicting family stops here
     for _m, _mc in config["models"].items():
