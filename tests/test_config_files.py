@@ -34,8 +34,10 @@ def _integer_keys(schema: dict, path: list, root: dict):
         yield path, default if isinstance(default, int) and not isinstance(default, bool) else max(low, 1)
     for key, sub in schema.get("properties", {}).items():
         yield from _integer_keys(sub, [*path, key], root)
-    if isinstance(schema.get("additionalProperties"), dict) and path in (["models"], ["models", "tiny-llama",
-                                                                                    "checkpoints"]):
+    if isinstance(schema.get("additionalProperties"), dict) and path in (
+        ["models"],
+        ["models", "tiny-llama", "checkpoints"],
+    ):
         name = "tiny-llama" if path == ["models"] else "init"
         yield from _integer_keys(schema["additionalProperties"], [*path, name], root)
     if isinstance(schema.get("items"), dict):
