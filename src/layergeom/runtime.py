@@ -7,6 +7,7 @@ where they are used.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import random
@@ -172,19 +173,28 @@ def claim_gpus(n: int, environ=None) -> list[str]:
     if not devices or ("CUDA_VISIBLE_DEVICES" in env and len(devices) <= n):
         return devices
     folder = gpu_lock_dir(env)
-    folder.mkdir(parents=True, exist_ok=True)
     host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
     chosen: list[str] = []
-    for k in range(MAX_JOBS_PER_GPU):
-        for d in devices:
-            if len(chosen) == n:
-                break
-            if d in chosen:
-                continue
-            fh = _try_lock(folder / f"{host}.gpu{re.sub(r'[^A-Za-z0-9_.-]', '_', d)}.{k}.lock")
-            if fh is not None:
-                _held_slots.append(fh)
-                chosen.append(d)
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        for k in range(MAX_JOBS_PER_GPU):
+            for d in devices:
+                if len(chosen) == n:
+                    break
+                if d in chosen:
+                    continue
+                fh = _try_lock(folder / f"{host}.gpu{re.sub(r'[^A-Za-z0-9_.-]', '_', d)}.{k}.lock")
+                if fh is not None:
+                    _held_slots.append(fh)
+                    chosen.append(d)
+    except OSError as err:
+        where = f"${GPU_LOCK_DIR}" if env.get(GPU_LOCK_DIR) else "the default"
+        raise LayergeomError(
+            f"cannot keep the GPU slot locks in {folder} ({where}): {err.strerror or err}; set {GPU_LOCK_DIR} to a "
+            "writable folder on this host's local disk"
+        ) from None
     if len(chosen) < n:
         raise LayergeomError(
             f"no free GPU slot among {len(devices)} GPU(s) x {MAX_JOBS_PER_GPU} jobs in {folder}: lower --resources gpu"
