@@ -539,10 +539,10 @@ def spectra_part_inputs(wildcards):
 
 
 def spectra_parts(wildcards):
-    """The part files a gather concatenates, in boundary order."""
+    """The part files a gather concatenates, in boundary order (layergeom.parts: arrays and JSON)."""
     m, c = wildcards.model, wildcards.checkpoint
     return [
-        f"results/{m}/{c}/parts/spectra/{k}.pkl" for k in range(len(spectra_blocks(m)))
+        f"results/{m}/{c}/parts/spectra/{k}.npz" for k in range(len(spectra_blocks(m)))
     ]
 
 
@@ -621,7 +621,7 @@ CUMULATIVE_VARIANTS = SCHUR_VARIANTS
 def cumulative_parts(wildcards):
     """The variant files a cumulative gather concatenates, in the table's variant order."""
     m, c = wildcards.model, wildcards.checkpoint
-    return [f"results/{m}/{c}/parts/cumulative/{v}.pkl" for v in CUMULATIVE_VARIANTS]
+    return [f"results/{m}/{c}/parts/cumulative/{v}.npz" for v in CUMULATIVE_VARIANTS]
 
 
 def convergence_subsets(model):
@@ -649,7 +649,7 @@ def convergence_parts(wildcards):
     """The subset files a convergence gather concatenates, in size order."""
     m, c = wildcards.model, wildcards.checkpoint
     return [
-        f"results/{m}/{c}/parts/convergence/{k}.pkl" for k in convergence_subsets(m)
+        f"results/{m}/{c}/parts/convergence/{k}.npz" for k in convergence_subsets(m)
     ]
 
 
