@@ -155,6 +155,12 @@ def test_a_key_written_twice_is_refused_with_its_path_and_lines(tmp_path):
     json_twice.write_text('{"seed": 0, "spectra": {"sr_k": 3, "sr_k": 4}}')
     with pytest.raises(LayergeomError, match=r"`spectra.sr_k` is written twice"):
         lgconfig.check_file(json_twice)
+    tabs = tmp_path / "tabs.json"  # JSON indented with tabs is no YAML, and Snakemake reads it as JSON
+    tabs.write_text('{\n\t"seed": 0,\n\t"spectra": {"sr_k": 3, "sr_k": 4}\n}\n')
+    with pytest.raises(LayergeomError, match=r"tabs\.json: `sr_k` is written twice in one object"):
+        lgconfig.check_file(tabs)
+    tabs.write_text('{\n\t"seed": 0,\n\t"spectra": {"sr_k": 3}\n}\n')
+    lgconfig.check_file(tabs)
 
 
 def test_files_without_keys_written_twice_pass_and_merge_keys_are_no_duplicates(tmp_path):

@@ -197,6 +197,9 @@ def duplicate_keys(text: str, where: str = "the config file") -> list[str]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
+        json_twice = _json_duplicate_keys(text, where)  # JSON that is no YAML (tab indentation): Snakemake reads it
+        if json_twice is not None:
+            return json_twice
         raise LayergeomError(f"{where} is not valid YAML: {' '.join(str(err).split())}") from None
     out: list[str] = []
 
@@ -221,6 +224,27 @@ def duplicate_keys(text: str, where: str = "the config file") -> list[str]:
                 walk(item, [*path[:-1], f"{path[-1]}[{i}]"] if path else [f"[{i}]"])
 
     walk(root, [])
+    return out
+
+
+def _json_duplicate_keys(text: str, where: str) -> list[str] | None:
+    """:func:`duplicate_keys` of a JSON text (the keys without their path: JSON's parser gives none), or None when
+    the text is not JSON."""
+    out: list[str] = []
+
+    def pairs(items):
+        seen = set()
+        for key, _ in items:
+            if key in seen:
+                out.append(f"{where}: `{key}` is written twice in one object; JSON readers would keep only the "
+                           "second: write it once")  # fmt: skip
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except ValueError:
+        return None
     return out
 
 
