@@ -41,6 +41,9 @@ from layergeom.spectral.settings import (
 from layergeom.sources import INPUTS as MATERIALIZE_INPUTS, loader_of
 
 try:
+    # YAML keeps the last of a key written twice: each config file read is checked for that first
+    for _f in workflow.configfiles:
+        lgconfig.check_file(_f)
     lgconfig.validate(config)
     # family and n_layers from the model's config where left out; a contradicting family stops here
     for _m, _mc in config["models"].items():
@@ -537,10 +540,10 @@ def spectra_part_inputs(wildcards):
 
 
 def spectra_parts(wildcards):
-    """The part files a gather concatenates, in boundary order."""
+    """The part files a gather concatenates, in boundary order (layergeom.parts: arrays and JSON)."""
     m, c = wildcards.model, wildcards.checkpoint
     return [
-        f"results/{m}/{c}/parts/spectra/{k}.pkl" for k in range(len(spectra_blocks(m)))
+        f"results/{m}/{c}/parts/spectra/{k}.npz" for k in range(len(spectra_blocks(m)))
     ]
 
 
@@ -632,7 +635,7 @@ CUMULATIVE_VARIANTS = SCHUR_VARIANTS
 def cumulative_parts(wildcards):
     """The variant files a cumulative gather concatenates, in the table's variant order."""
     m, c = wildcards.model, wildcards.checkpoint
-    return [f"results/{m}/{c}/parts/cumulative/{v}.pkl" for v in CUMULATIVE_VARIANTS]
+    return [f"results/{m}/{c}/parts/cumulative/{v}.npz" for v in CUMULATIVE_VARIANTS]
 
 
 def convergence_subsets(model):
@@ -660,7 +663,7 @@ def convergence_parts(wildcards):
     """The subset files a convergence gather concatenates, in size order."""
     m, c = wildcards.model, wildcards.checkpoint
     return [
-        f"results/{m}/{c}/parts/convergence/{k}.pkl" for k in convergence_subsets(m)
+        f"results/{m}/{c}/parts/convergence/{k}.npz" for k in convergence_subsets(m)
     ]
 
 

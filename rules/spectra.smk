@@ -70,14 +70,16 @@ rule spectra_table:
         "../scripts/spectra_table.py"
 
 
-# One block's rows and eigenvalues, pickled as computed (lossless; the gather writes the TSVs). Not temp():
-# the parts hold about 50·d bytes per boundary (13 MB per checkpoint at d = 4096), and a re-gather then costs
-# seconds instead of the blocks' hours (a part is remade only when its own inputs, params or code change).
+# One block's rows and eigenvalues as computed (lossless; the gather writes the TSVs), in a part file of arrays
+# and JSON with the inputs and settings it was computed from (layergeom.parts). Not temp(): the parts hold about
+# 50·d bytes per boundary (13 MB per checkpoint at d = 4096), and a re-gather then costs seconds instead of the
+# blocks' hours (a part is remade only when its own inputs, params or code change). `siblings`: every block's
+# part, so that a part job removes the work a killed job of other blocks left in parts/spectra/.partial/.
 rule spectra_table_part:
     input:
         unpack(spectra_part_inputs),
     output:
-        "results/{model}/{checkpoint}/parts/spectra/{block}.pkl",
+        "results/{model}/{checkpoint}/parts/spectra/{block}.npz",
     log:
         "logs/spectra_table_part/{model}/{checkpoint}/{block}.log",
     benchmark:
@@ -94,15 +96,16 @@ rule spectra_table_part:
         runtime=spectra_runtime("spectra_table"),
     params:
         boundaries=spectra_block,
+        siblings=spectra_parts,
         settings=lambda wc: job_settings("spectra_table_part", wc.model),
     script:
         "../scripts/spectra_table_part.py"
 
 
-# The gather runs in the parts' env: the pickled rows hold numpy scalars, read back by the numpy that wrote them.
+# The gather reads the Jacobian files' identities too: each part must have been computed from them as they are.
 rule spectra_table_gather:
     input:
-        parts=spectra_parts,
+        unpack(lambda wc: {"parts": spectra_parts(wc), **spectra_inputs(wc)}),
     output:
         table=table_report("results/{model}/{checkpoint}/spectra.tsv", "spectra"),
         eigenvalues="results/{model}/{checkpoint}/eigenvalues.tsv",
@@ -151,12 +154,12 @@ rule spectra_cumulative:
         "../scripts/spectra_cumulative.py"
 
 
-# One variant's rows (pickled as computed, kept: small), resumable from its own snapshot.
+# One variant's rows (a part file as computed, kept: small), resumable from its own snapshot.
 rule spectra_cumulative_variant:
     input:
         unpack(spectra_inputs),
     output:
-        "results/{model}/{checkpoint}/parts/cumulative/{variant}.pkl",
+        "results/{model}/{checkpoint}/parts/cumulative/{variant}.npz",
     log:
         "logs/spectra_cumulative_variant/{model}/{checkpoint}/{variant}.log",
     benchmark:
@@ -173,6 +176,7 @@ rule spectra_cumulative_variant:
         runtime=cumulative_variant_runtime,
     params:
         boundaries=lambda wc: boundaries(wc.model),
+        siblings=cumulative_parts,
         settings=lambda wc: job_settings("spectra_cumulative_variant", wc.model),
     script:
         "../scripts/spectra_cumulative_variant.py"
@@ -180,7 +184,7 @@ rule spectra_cumulative_variant:
 
 rule spectra_cumulative_gather:
     input:
-        parts=cumulative_parts,
+        unpack(lambda wc: {"parts": cumulative_parts(wc), **spectra_inputs(wc)}),
     output:
         table_report("results/{model}/{checkpoint}/cumulative.tsv", "cumulative"),
     log:
@@ -353,7 +357,7 @@ rule spectra_convergence_subset:
     input:
         unpack(spectra_inputs),
     output:
-        "results/{model}/{checkpoint}/parts/convergence/{subset}.pkl",
+        "results/{model}/{checkpoint}/parts/convergence/{subset}.npz",
     log:
         "logs/spectra_convergence_subset/{model}/{checkpoint}/{subset}.log",
     benchmark:
@@ -371,6 +375,7 @@ rule spectra_convergence_subset:
     params:
         boundaries=lambda wc: boundaries(wc.model),
         subset=convergence_subset,
+        siblings=convergence_parts,
         settings=lambda wc: job_settings("spectra_convergence_subset", wc.model),
     script:
         "../scripts/spectra_convergence_subset.py"
@@ -378,7 +383,7 @@ rule spectra_convergence_subset:
 
 rule spectra_convergence_gather:
     input:
-        parts=convergence_parts,
+        unpack(lambda wc: {"parts": convergence_parts(wc), **spectra_inputs(wc)}),
     output:
         "results/{model}/{checkpoint}/convergence.tsv",
     log:

@@ -16,4 +16,5 @@ with job(sm, threads=sm.threads):
         ci_level=cfg["ci_level"],
         snapshot_s=snapshot_seconds(sm),
         device=job_device(sm),
+        siblings=list(sm.params.siblings),
     )

@@ -12,4 +12,5 @@ with job(sm, threads=sm.threads):
         ci_blocks=cfg["ci_blocks"],
         snapshot_s=snapshot_seconds(sm),
         device=job_device(sm),
+        siblings=list(sm.params.siblings),
     )

@@ -3,4 +3,10 @@ from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 with job(sm):
-    gather_spectra(sm.input.parts, sm.params.boundaries, sm.output.table, sm.output.eigenvalues)
+    gather_spectra(
+        sm.input.parts,
+        sm.params.boundaries,
+        sm.output.table,
+        sm.output.eigenvalues,
+        inputs=[*sm.input.npy, *sm.input.groups, *sm.input.meta],
+    )

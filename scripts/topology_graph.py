@@ -1,11 +1,9 @@
-import torch  # noqa: F401  (imported before job(): set_determinism then pins its threads)
-
 from layergeom.topology.pipeline import write_graphs
 from layergeom.workflow import job, job_device
 
 sm = snakemake  # noqa: F821
 s = sm.params.settings
-with job(sm, seed=s["seed"], threads=sm.threads):
+with job(sm, seed=s["seed"], threads=sm.threads, uses_torch=True):  # torch seeded, its threads pinned
     write_graphs(
         sm.input.activations,
         sm.params.boundaries,

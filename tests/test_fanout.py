@@ -39,7 +39,7 @@ def _fanned(folder, out, n, **kw):
     from layergeom.spectral import pipeline
 
     blocks = [NAMES[i : i + n] for i in range(0, len(NAMES), n)]
-    parts = [out.parent / "parts" / f"{k}.pkl" for k in range(len(blocks))]
+    parts = [out.parent / "parts" / f"{k}.npz" for k in range(len(blocks))]
     for block, part in zip(blocks, parts):
         pipeline.write_spectra_part(_files(folder, block), part, **KW | kw)
     pipeline.gather_spectra(parts, NAMES, out / "spectra.tsv", out / "eigenvalues.tsv")
@@ -131,7 +131,7 @@ def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
 
     _single(jac, tmp_path / "one")
     n, k = 3, 2  # the middle block (L1.mlp, L2.attn, L2.mlp), killed before its 2nd snapshot is written
-    parts = [tmp_path / "fan" / "parts" / f"{b}.pkl" for b in range(3)]
+    parts = [tmp_path / "fan" / "parts" / f"{b}.npz" for b in range(3)]
     blocks = [NAMES[i : i + n] for i in range(0, len(NAMES), n)]
     for b in (0, 2):
         pipeline.write_spectra_part(_files(jac, blocks[b]), parts[b], snapshot_s=0, **KW)
@@ -221,9 +221,10 @@ def test_boundaries_per_job_fans_out_one_models_table(tmp_path, n):
                 f"{jac}/{b}.{e}" for e in ("npy", "groups.npy", "json") for b in blocks[int(j["wildcards"]["block"])]
             ]
             assert j["input"] == want
-            assert j["output"] == [f"results/tiny-gpt2/init/parts/spectra/{j['wildcards']['block']}.pkl"]
-        if j["rule"] == "spectra_table_gather":
-            assert j["input"] == [f"results/tiny-gpt2/init/parts/spectra/{k}.pkl" for k in range(len(blocks))]
+            assert j["output"] == [f"results/tiny-gpt2/init/parts/spectra/{j['wildcards']['block']}.npz"]
+        if j["rule"] == "spectra_table_gather":  # its parts, and the Jacobian files they must be computed from
+            every = [f"{jac}/{b}.{e}" for e in ("npy", "groups.npy", "json") for b in names]
+            assert j["input"] == [f"results/tiny-gpt2/init/parts/spectra/{k}.npz" for k in range(len(blocks))] + every
             assert set(j["output"]) == {"results/tiny-gpt2/init/spectra.tsv", "results/tiny-gpt2/init/eigenvalues.tsv"}
     for other in ("tiny-neox", "tiny-llama"):  # the other models keep one job per checkpoint
         assert {r for r, _ in _table_jobs(jobs, other)} == {"spectra_table"}
@@ -273,7 +274,7 @@ def test_a_fanned_run_writes_the_one_jobs_bytes_and_reruns_nothing_upstream(tmp_
     res = snakemake(run, target, config=tmp_path / "config.yaml")
     assert len(re.findall(r"Rule: spectra_table_(?:part|gather)\b", res.stdout + res.stderr)) == 5
     assert _bytes(out) == _bytes(one) and len(_bytes(one)) == 2
-    assert sorted(p.name for p in (out / "parts" / "spectra").iterdir()) == [f"{k}.pkl" for k in range(4)]
+    assert sorted(p.name for p in (out / "parts" / "spectra").iterdir()) == [f"{k}.npz" for k in range(4)]
 
 
 # ---- the Schur surgery fanned out: prep per block, a job per chain, a gather (spectra_schur_*) -----------------

@@ -40,7 +40,7 @@ def _cum_variant(folder, out, variant, snapshot_s=None, **kw):
     """One variant's job (as scripts/spectra_cumulative_variant.py calls it)."""
     from layergeom.spectral import pipeline
 
-    pipeline.write_cumulative_variant(_files(folder, NAMES), out / "parts" / "cumulative" / f"{variant}.pkl",
+    pipeline.write_cumulative_variant(_files(folder, NAMES), out / "parts" / "cumulative" / f"{variant}.npz",
                                       variant=variant, snapshot_s=snapshot_s, **CUMULATIVE_KW | kw)  # fmt: skip
 
 
@@ -51,7 +51,7 @@ def _cum_fanned(folder, out, skip=(), **kw):
     for v in VARIANTS:
         if v not in skip:
             _cum_variant(folder, out, v, **kw)
-    parts = [out / "parts" / "cumulative" / f"{v}.pkl" for v in VARIANTS]
+    parts = [out / "parts" / "cumulative" / f"{v}.npz" for v in VARIANTS]
     pipeline.gather_cumulative(parts, NAMES, out / "cumulative.tsv")
     return parts
 
@@ -103,7 +103,7 @@ def test_cumulative_parts_with_other_group_counts_are_refused(jac, tmp_path):  #
     other = _with_counts(tmp_path, np.array([4, 6] * 4))
     _cum_variant(jac, tmp_path / "fan", "update")
     _cum_variant(other, tmp_path / "fan", "full")
-    parts = [tmp_path / "fan" / "parts" / "cumulative" / f"{v}.pkl" for v in ("update", "full")]
+    parts = [tmp_path / "fan" / "parts" / "cumulative" / f"{v}.npz" for v in ("update", "full")]
     with pytest.raises(LayergeomError, match="group_counts .* differ from"):
         pipeline.gather_cumulative(parts, NAMES, tmp_path / "fan" / "cumulative.tsv")
 
@@ -116,7 +116,7 @@ def _conv_single(folder, out, **kw):
 
 
 def _conv_part(out, k):
-    return out / "parts" / "convergence" / f"{k}.pkl"
+    return out / "parts" / "convergence" / f"{k}.npz"
 
 
 def _conv_subset(folder, out, k, snapshot_s=None, **kw):
@@ -236,7 +236,7 @@ def test_a_killed_variant_job_resumes_from_its_snapshot(jac, tmp_path, monkeypat
     _cum_single(jac, tmp_path / "one")
     out = tmp_path / "fan"
     _kill("_cum_variant", jac, out, variant, 4)
-    part = out / "parts" / "cumulative" / f"{variant}.pkl"
+    part = out / "parts" / "cumulative" / f"{variant}.npz"
     partial = part.parent / resume.PARTIAL
     assert not part.exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"cumulative_{variant}.snapshot.npz"]
@@ -315,15 +315,15 @@ def test_boundaries_per_job_fans_out_cumulative_and_convergence(tmp_path, n):
             continue
         if j["rule"] == "spectra_cumulative_variant":
             assert j["input"] == every
-            assert j["output"] == [f"{out}/parts/cumulative/{j['wildcards']['variant']}.pkl"]
+            assert j["output"] == [f"{out}/parts/cumulative/{j['wildcards']['variant']}.npz"]
         if j["rule"] == "spectra_convergence_subset":
             assert j["input"] == every
-            assert j["output"] == [f"{out}/parts/convergence/{j['wildcards']['subset']}.pkl"]
+            assert j["output"] == [f"{out}/parts/convergence/{j['wildcards']['subset']}.npz"]
         if j["rule"] == "spectra_cumulative_gather":
-            assert j["input"] == [f"{out}/parts/cumulative/{v}.pkl" for v in VARIANTS]
+            assert j["input"] == [f"{out}/parts/cumulative/{v}.npz" for v in VARIANTS] + every
             assert j["output"] == [f"{out}/cumulative.tsv"]
         if j["rule"] == "spectra_convergence_gather":
-            assert j["input"] == [f"{out}/parts/convergence/{k}.pkl" for k in range(n_sizes)]
+            assert j["input"] == [f"{out}/parts/convergence/{k}.npz" for k in range(n_sizes)] + every
             assert j["output"] == [f"{out}/convergence.tsv"]
     for other in ("tiny-neox", "tiny-llama"):
         assert {r for r, _ in _chain_jobs(jobs, other)} == {"spectra_cumulative", "spectra_convergence"}
@@ -428,4 +428,4 @@ def test_a_fanned_run_writes_the_one_jobs_cumulative_and_convergence_bytes(tmp_p
     for t in targets:
         name = os.path.basename(t)
         assert (out / name).read_bytes() == (one / name).read_bytes(), name
-    assert sorted(p.name for p in (out / "parts" / "cumulative").iterdir()) == ["full.pkl", "update.pkl"]
+    assert sorted(p.name for p in (out / "parts" / "cumulative").iterdir()) == ["full.npz", "update.npz"]

@@ -184,3 +184,20 @@ def test_a_gpu_job_takes_its_slot_and_logs_its_device(two_gpus, monkeypatch):
     assert f"cuda_visible_devices={slot}" in log
     assert f"device: cuda Fake H200 (torch {torch.__version__}, CUDA build 12.8, CUDA_VISIBLE_DEVICES={slot})" in log
     json.dumps(info)  # goes into store.json and the manifest
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_a_lock_folder_that_names_a_file_is_one_line_in_the_jobs_log(two_gpus, monkeypatch, where):
+    (two_gpus / "taken").write_text("not a folder\n")
+    folder = two_gpus / "taken" if where == "file" else two_gpus / "taken" / "slots"
+    monkeypatch.setenv(runtime.GPU_LOCK_DIR, str(folder))
+    with pytest.raises(runtime.LayergeomError) as err:
+        claim_gpus(1)
+    msg = str(err.value)
+    assert f"cannot keep the GPU slot locks in {folder} ($LAYERGEOM_GPU_LOCK_DIR)" in msg and "\n" not in msg
+    assert "set LAYERGEOM_GPU_LOCK_DIR to a writable folder" in msg
+    with pytest.raises(SystemExit, match="layergeom: cannot keep the GPU slot locks"):
+        with workflow.job(fake_job(two_gpus, gpu=1)):
+            raise AssertionError("the job body must not run")
+    assert (two_gpus / "job.log").read_text().rstrip().splitlines()[-1].endswith(msg)
+    assert (two_gpus / "taken").read_text() == "not a folder\n"

@@ -102,6 +102,127 @@ def test_inspect_a_gguf_file_reads_its_header(tmp_path, capsys):
                                                          "hidden_size": 16, "vocab_size": 50}  # fmt: skip
 
 
+# ---- malformed inputs: one line naming the file and what is wrong, exit 1, never a traceback ------------------
+def refused(capsys, source) -> str:
+    """The one line `layergeom inspect` writes for a source it refuses (exit status 1)."""
+    rc = cli.main(["inspect", str(source)])
+    captured = capsys.readouterr()
+    assert rc == 1 and captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert captured.err.startswith("layergeom inspect: ")
+    return captured.err
+
+
+LLAMA = {"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "content,expect",
+    [
+        ("[1, 2]", "a JSON object of settings is wanted, not a list"),
+        ('"llama"', "a JSON object of settings is wanted, not a str"),
+        ("{", "not a readable config.json (JSONDecodeError"),
+        (b'{"model_type": "\xff"}', "not a readable config.json (UnicodeDecodeError"),
+        ({**LLAMA, "num_hidden_layers": 0}, "num_hidden_layers is 0, not a positive whole number"),
+        ({**LLAMA, "num_hidden_layers": -2}, "num_hidden_layers is -2, not a positive whole number"),
+        ({**LLAMA, "num_hidden_layers": "two"}, "num_hidden_layers is 'two', not a positive whole number"),
+        ({**LLAMA, "num_hidden_layers": 2.5}, "num_hidden_layers is 2.5, not a positive whole number"),
+        (
+            {**LLAMA, "num_hidden_layers": 10**12},
+            f"1000000000000 layers is more than any language model has (at most {modelinfo.MAX_LAYERS})",
+        ),  # fmt: skip
+        ({**LLAMA, "hidden_size": 30}, "hidden_size 30 is not a multiple of num_attention_heads 4"),
+        ({**LLAMA, "num_key_value_heads": 3}, "num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
+        ({**LLAMA, "num_attention_heads": 0}, "num_attention_heads is 0, not a positive whole number"),
+        ({**LLAMA, "vocab_size": -1}, "vocab_size is -1, not a positive whole number"),
+        ({**LLAMA, "rms_norm_eps": "tiny"}, "transformers cannot build a 'llama' model from it"),
+    ],
+    ids=[
+        "list",
+        "string",
+        "cut-json",
+        "not-utf8",
+        "zero-layers",
+        "negative-layers",
+        "text-layers",
+        "half-layer",
+        "a-trillion-layers",
+        "width-heads",
+        "kv-heads",
+        "zero-heads",
+        "negative-vocab",
+        "transformers-refuses",
+    ],
+)
+def test_inspect_refuses_a_malformed_config_json_in_one_line(tmp_path, capsys, content, expect):
+    import json
+
+    (tmp_path / "m").mkdir()
+    path = tmp_path / "m" / "config.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    err = refused(capsys, tmp_path / "m")
+    assert str(path) in err and expect in err, err
+
+
+def test_head_dim_lets_heads_not_split_the_width(tmp_path, capsys):
+    import json
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**LLAMA, "hidden_size": 36, "head_dim": 8}))
+    rc, rows, _ = report(capsys, tmp_path / "m")
+    assert rc == 0 and rows["d_model"] == "36"
+
+
+def _gguf_bytes(tmp_path) -> bytes:
+    shapes = {"token_embd.weight": (50, 16), "blk.0.attn_q.weight": (16, 16)}
+    write_gguf(tmp_path / "ok.gguf", "llama", 3, 16, shapes)
+    return (tmp_path / "ok.gguf").read_bytes()
+
+
+def _patched(data: bytes, at: int, fmt: str, value) -> bytes:
+    import struct
+
+    return data[:at] + struct.pack(fmt, value) + data[at + struct.calcsize(fmt) :]
+
+
+def _after(data: bytes, marker: bytes) -> int:
+    """The offset just past the first occurrence of `marker` (a key or tensor name)."""
+    return data.index(marker) + len(marker)
+
+
+GGUF_DAMAGE = {  # name -> (bytes of a valid file -> damaged bytes, what the line says)
+    "key-length": (lambda b: _patched(b, 24, "<Q", 2**62), "a string of 4,611,686,018,427,387,904 would need"),
+    "metadata-count": (lambda b: _patched(b, 16, "<Q", 2**63), "a metadata table of 9,223,372,036,854,775,808"),
+    "tensor-count": (lambda b: _patched(b, 8, "<Q", 2**62), "a tensor table of 4,611,686,018,427,387,904"),
+    "array-count": (lambda b: _patched(b, _after(b, b"tokenizer.ggml.tokens") + 8, "<Q", 2**60), "an array of"),
+    "dimensions": (lambda b: _patched(b, _after(b, b"token_embd.weight"), "<I", 9), "has 9 dimensions"),
+    "offset": (
+        lambda b: _patched(b, _after(b, b"token_embd.weight") + 4 + 16 + 4, "<Q", 2**40),
+        "starts at byte 1,099,511,627,776 of the data, past the end of the file",
+    ),  # fmt: skip
+    "cut-tensor-table": (lambda b: b[: _after(b, b"blk.0.attn_q.weight") + 6], "the header ends early"),
+}
+
+
+@pytest.mark.parametrize("damage", list(GGUF_DAMAGE))
+def test_inspect_refuses_a_damaged_gguf_in_one_line(tmp_path, capsys, damage):
+    edit, expect = GGUF_DAMAGE[damage]
+    good = _gguf_bytes(tmp_path)
+    rc, rows, _ = report(capsys, tmp_path / "ok.gguf")
+    assert rc == 0 and rows["n_layers"] == "3"  # the undamaged file reads
+    (tmp_path / "bad.gguf").write_bytes(edit(good))
+    err = refused(capsys, tmp_path / "bad.gguf")
+    assert "bad.gguf' is not a readable GGUF file" in err and expect in err, err
+
+
+def test_a_gguf_whose_layer_count_is_impossible_is_named(tmp_path, capsys):
+    write_gguf(tmp_path / "z.gguf", "llama", 0, 16, {"token_embd.weight": (50, 16)})
+    assert "num_hidden_layers is 0, not a positive whole number" in refused(capsys, tmp_path / "z.gguf")
+
+
 # ---- the workflow: family and n_layers from the config, a wrong family refused before materialize ------------
 def dry_run(tmp_path, models: dict) -> subprocess.CompletedProcess:
     cfg = yaml.safe_load((ROOT / "config" / "test.yaml").read_text())

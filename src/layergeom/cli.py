@@ -36,7 +36,7 @@ def read_source(source: str, revision: str | None = None) -> tuple[str, dict, in
     path = Path(source)
     if path.is_file() and path.suffix == ".gguf":
         cfg = modelinfo.gguf_config(path)
-        return "gguf", cfg, modelinfo.gguf_metadata(path, tensors=True)["__n_params__"], str(path)
+        return "gguf", cfg, modelinfo.read_gguf(path, tensors=True)["__n_params__"], str(path)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise LayergeomError(f"local model directory '{path}' has no config.json")
@@ -78,7 +78,12 @@ def inspect(source: str, revision: str | None = None, name: str | None = None) -
     kind, cfg, n_params, where = read_source(source, revision)
     info = modelinfo.summary(cfg, where)
     if n_params is None:
-        n_params = count_parameters(cfg)
+        try:
+            n_params = count_parameters(cfg)
+        except Exception as err:  # noqa: BLE001 -- transformers refuses the config: its reason, in one line
+            reason = " ".join(str(err).split()) or type(err).__name__
+            raise LayergeomError(f"{where}: transformers cannot build a '{info['model_type']}' model from it "
+                                 f"({type(err).__name__}: {reason})") from None  # fmt: skip
     kinds = ", ".join(f"L{{l}}.{k}" for k in info["kinds"])
     b = info["boundaries"]
     memory = ", ".join(f"{dt} {size(n_params * nb)}" for dt, nb in modelinfo.DTYPE_BYTES.items())

@@ -35,6 +35,10 @@ GGUF_MODEL_TYPES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gemma3": 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 _WIDTH_KEYS = ("hidden_size", "n_embd", "d_model")
+_HEAD_KEYS = ("num_attention_heads", "n_head")
+#: a layer count above this is a damaged config, not a model (the deepest published LMs have a few hundred): the
+#: count is refused before anything builds that many layers or names that many boundaries
+MAX_LAYERS = 10_000
 
 
 # ---- the config dict -------------------------------------------------------------------------------------
@@ -44,10 +48,46 @@ def text_config(cfg: dict) -> dict:
     return inner if isinstance(inner, dict) and any(k in inner for k in _LAYER_KEYS) else cfg
 
 
-def _first(cfg: dict, keys) -> int | None:
-    """The first of ``keys`` that the decoder's config sets, as an int."""
+def _first(cfg: dict, keys, where: str = "the model's config") -> int | None:
+    """The first of ``keys`` that the decoder's config sets: a positive int (a whole float as its int), else one
+    line naming the key."""
     text = text_config(cfg)
-    return next((int(text[k]) for k in keys if text.get(k) is not None), None)
+    key = next((k for k in keys if text.get(k) is not None), None)
+    if key is None:
+        return None
+    value = text[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise LayergeomError(f"{where}: {key} is {value!r}, not a positive whole number")
+    return value
+
+
+def check_shape(cfg: dict, where: str = "the model's config") -> None:
+    """Refuse a config whose sizes no model can have, with one line naming the keys: layers (positive, at most
+    :data:`MAX_LAYERS`), width, vocabulary, heads that do not split the width (unless ``head_dim`` sets their
+    size) and key/value heads that do not split the heads."""
+    text = text_config(cfg)
+    layers = _first(cfg, _LAYER_KEYS, where)
+    if layers is not None and layers > MAX_LAYERS:
+        raise LayergeomError(f"{where}: {layers} layers is more than any language model has (at most {MAX_LAYERS})")
+    width = _first(cfg, _WIDTH_KEYS, where)
+    _first(cfg, ("vocab_size",), where)
+    _first(cfg, ("intermediate_size", "n_inner"), where)
+    heads = _first(cfg, _HEAD_KEYS, where)
+    if heads is None:
+        return
+    head_key = next(k for k in _HEAD_KEYS if text.get(k) is not None)
+    width_key = next((k for k in _WIDTH_KEYS if text.get(k) is not None), None)
+    if width is not None and text.get("head_dim") is None and width % heads:
+        raise LayergeomError(f"{where}: {width_key} {width} is not a multiple of {head_key} {heads}, so the heads "
+                             "cannot split the width (and no head_dim sets their size)")  # fmt: skip
+    if text.get("head_dim") is not None:
+        _first(cfg, ("head_dim",), where)
+    kv = _first(cfg, ("num_key_value_heads",), where)
+    if kv is not None and heads % kv:
+        raise LayergeomError(f"{where}: {head_key} {heads} is not a multiple of num_key_value_heads {kv}, so the "
+                             "query heads cannot share the key/value heads")  # fmt: skip
 
 
 def family_of_type(model_type: str | None, where: str = "the model") -> str:
@@ -61,10 +101,14 @@ def family_of_type(model_type: str | None, where: str = "the model") -> str:
 
 
 def summary(cfg: dict, where: str = "the model") -> dict:
-    """model_type, family, n_layers, d_model and the boundary names of a config dict (``config.json``)."""
+    """model_type, family, n_layers, d_model and the boundary names of a config dict (``config.json``); sizes no
+    model can have are refused (:func:`check_shape`)."""
+    if not isinstance(cfg, dict):
+        raise LayergeomError(f"{where}: a JSON object of settings is wanted, not a {type(cfg).__name__}")
     model_type = cfg.get("model_type")
     family = family_of_type(model_type, where)
-    n_layers, d_model = _first(cfg, _LAYER_KEYS), _first(cfg, _WIDTH_KEYS)
+    check_shape(cfg, where)
+    n_layers, d_model = _first(cfg, _LAYER_KEYS, where), _first(cfg, _WIDTH_KEYS, where)
     if n_layers is None:
         raise LayergeomError(f"{where}: its config names no layer count ({', '.join(_LAYER_KEYS)})")
     return {
@@ -110,10 +154,15 @@ def check_d_model(name: str, d_model: int | None, cfg_width: int | None, where: 
 
 # ---- where a config is read from ---------------------------------------------------------------------------
 def read_json(path: Path) -> dict:
+    """A config.json: a JSON object, else one line naming the file."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # JSONDecodeError, UnicodeDecodeError
         raise LayergeomError(f"{path} is not a readable config.json ({type(err).__name__}: {err})") from None
+    if not isinstance(cfg, dict):
+        raise LayergeomError(f"{path} is not a config.json: a JSON object of settings is wanted, not a "
+                             f"{type(cfg).__name__}")  # fmt: skip
+    return cfg
 
 
 def hub_config_path(model_id: str, revision: str | None = None, *, cached_only: bool = False) -> Path | None:
@@ -140,24 +189,37 @@ def hub_config_path(model_id: str, revision: str | None = None, *, cached_only: 
 
 # ---- GGUF metadata -----------------------------------------------------------------------------------------
 _GGUF_FIXED = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+#: the most dimensions a GGUF tensor has (ggml's GGML_MAX_DIMS)
+GGUF_MAX_DIMS = 4
 
 
 def gguf_metadata(path: str | os.PathLike, tensors: bool = False) -> dict:
     """A GGUF (v2, v3) file's metadata, from its header alone: scalars and strings as values, arrays as their
     length (``tokenizer.ggml.tokens`` -> the vocabulary size); with ``tensors``, also ``__n_params__``: the
-    element count over its tensor infos."""
+    element count over its tensor infos. Every length and count is checked against the bytes left in the file
+    before it is used (ValueError naming it), so a damaged header is never read past the end or into memory."""
     out: dict = {}
+    size = os.path.getsize(path)
     with open(path, "rb") as f:
 
+        def left() -> int:
+            return size - f.tell()
+
         def read(fmt):
-            size = struct.calcsize(fmt)
-            data = f.read(size)
-            if len(data) < size:
-                raise ValueError("the header ends early")
+            n = struct.calcsize(fmt)
+            data = f.read(n)
+            if len(data) < n:
+                raise ValueError(f"the header ends early, at byte {f.tell()} of {size} (a cut file?)")
             return struct.unpack(fmt, data)
+
+        def fits(count: int, each: int, what: str) -> None:
+            if count * each > left():
+                raise ValueError(f"{what} of {count:,} would need {count * each:,} bytes at byte {f.tell()}, but "
+                                 f"the file has {left():,} left: an impossible length (a damaged header)")  # fmt: skip
 
         def string():
             (n,) = read("<Q")
+            fits(n, 1, "a string")
             return f.read(n).decode()
 
         def value(kind):
@@ -166,10 +228,14 @@ def gguf_metadata(path: str | os.PathLike, tensors: bool = False) -> dict:
             if kind == 9:
                 item, count = read("<IQ")
                 if item in _GGUF_FIXED:
+                    fits(count, struct.calcsize(_GGUF_FIXED[item]), "an array")
                     f.seek(struct.calcsize(_GGUF_FIXED[item]) * count, 1)
-                else:
+                elif item in (8, 9):
+                    fits(count, 8 if item == 8 else 12, "an array")
                     for _ in range(count):
                         value(item)
+                else:
+                    raise ValueError(f"unknown metadata type {item}")
                 return count
             if kind in _GGUF_FIXED:
                 return read(_GGUF_FIXED[kind])[0]
@@ -179,37 +245,52 @@ def gguf_metadata(path: str | os.PathLike, tensors: bool = False) -> dict:
         if magic != b"GGUF" or version < 2:
             raise ValueError(f"magic {magic!r} version {version}: not a GGUF v2/v3 file")
         n_tensors, n_kv = read("<QQ")
+        fits(n_kv, 8 + 4 + 1, "a metadata table")  # each entry: a key length, a type and at least one byte
         for _ in range(n_kv):
             name = string()
             (kind,) = read("<I")
             out[name] = value(kind)
         if tensors:
+            fits(n_tensors, 8 + 4 + 4 + 8, "a tensor table")  # name length, dims, type, offset
             total = 0
             for _ in range(n_tensors):
-                string()
+                name = string()
                 (n_dims,) = read("<I")
+                if n_dims > GGUF_MAX_DIMS:
+                    raise ValueError(f"tensor '{name}' has {n_dims} dimensions (GGUF has at most {GGUF_MAX_DIMS})")
                 numel = 1
                 for d in read(f"<{n_dims}Q"):
                     numel *= d
-                read("<IQ")  # type, offset
+                _, offset = read("<IQ")  # type, offset into the data
+                if offset > size:
+                    raise ValueError(f"tensor '{name}' starts at byte {offset:,} of the data, past the end of the "
+                                     f"file ({size:,} bytes: a cut file?)")  # fmt: skip
                 total += numel
             out["__n_params__"] = total
     return out
 
 
+def read_gguf(path: str | os.PathLike, tensors: bool = False) -> dict:
+    """:func:`gguf_metadata`, or one line naming the file and what is wrong with it."""
+    try:
+        return gguf_metadata(path, tensors=tensors)
+    except (OSError, ValueError, struct.error, UnicodeDecodeError, OverflowError, MemoryError) as err:
+        raise LayergeomError(f"'{path}' is not a readable GGUF file ({type(err).__name__}: {err})") from None
+
+
 def gguf_config(path: str | os.PathLike) -> dict:
     """The config.json keys a GGUF file's metadata gives: model_type, num_hidden_layers, hidden_size, vocab_size."""
-    try:
-        meta = gguf_metadata(path)
-    except (OSError, ValueError, struct.error, UnicodeDecodeError) as err:
-        raise LayergeomError(f"'{path}' is not a readable GGUF file ({type(err).__name__}: {err})") from None
+    meta = read_gguf(path)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
         raise LayergeomError(f"'{path}': no general.architecture in its GGUF metadata")
     cfg = {"model_type": GGUF_MODEL_TYPES.get(arch, arch.replace("-", "_"))}
     for key, gguf_key in (("num_hidden_layers", "block_count"), ("hidden_size", "embedding_length")):
         if f"{arch}.{gguf_key}" in meta:
-            cfg[key] = int(meta[f"{arch}.{gguf_key}"])
+            value = meta[f"{arch}.{gguf_key}"]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise LayergeomError(f"'{path}': {arch}.{gguf_key} is {value!r}, not a whole number")
+            cfg[key] = value
     if "tokenizer.ggml.tokens" in meta:
         cfg["vocab_size"] = int(meta["tokenizer.ggml.tokens"])
     return cfg
@@ -265,7 +346,7 @@ def complete_model(name: str, mcfg: dict) -> dict:
         if model_type in MODEL_TYPE_FAMILY:
             check_family(name, mcfg.get("family"), model_type, where)
             mcfg.setdefault("family", MODEL_TYPE_FAMILY[model_type])
-        layers = _first(cfg, _LAYER_KEYS)
+        layers = _first(cfg, _LAYER_KEYS, where)
         check_n_layers(name, mcfg.get("n_layers"), layers, where)
         check_d_model(name, mcfg.get("d_model"), _first(cfg, _WIDTH_KEYS), where)
         if layers is not None and mcfg.get("source") in ("hub", "local", "gguf"):

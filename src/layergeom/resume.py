@@ -40,6 +40,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import threading
@@ -376,6 +377,87 @@ class WorkLock:
                 self.path.unlink()
         except (OSError, ValueError):
             pass  # gone, or taken over
+
+
+# ---- work that no job owns any more -------------------------------------------------------------------------
+#: the tails of the files a job keeps in a work folder under its name, as regular expressions: its lock
+#: ``{name}.lock``, its snapshot ``{name}.snapshot.npz`` and per-item files ``{name}.b{i}.npz`` (the Schur prep's)
+WORK_TAILS = (r"lock", r"snapshot\.npz", r"b\d+\.npz")
+_LOCK_TEMP = re.compile(r"\.(?P<owner>.+)\.lock\.(?P<host>[^/]+)\.(?P<pid>\d+)")  # WorkLock.acquire's link source
+_ATOMIC_TEMP = re.compile(r"\.(?P<final>.+)\.[a-z0-9_]{8}")  # runtime.atomic_path's temporary of {final}
+
+
+def work_owner(filename: str, tails: Iterable[str] = WORK_TAILS) -> str | None:
+    """The job name a file of a work folder belongs to (``{name}.{tail}``, or a temporary of one: an
+    ``atomic_path`` folder ``.{name}.{tail}.xxxxxxxx`` or a lock's ``.{name}.lock.{host}.{pid}``), or None for a
+    file of no known kind (left alone)."""
+    tail = "|".join(tails)
+    m = _LOCK_TEMP.fullmatch(filename)
+    if m:
+        return m.group("owner")
+    m = _ATOMIC_TEMP.fullmatch(filename)
+    if m:
+        filename = m.group("final")
+    m = re.fullmatch(rf"(?P<owner>.+?)\.(?:{tail})", filename)
+    return m.group("owner") if m else None
+
+
+def remove_unowned(work, owned: Iterable[str], tails: Iterable[str] = WORK_TAILS) -> list[Path]:
+    """Remove from the work folder `work` the files of every job not named in `owned` (the names, as the jobs'
+    locks and snapshots are named, of every job of the current settings that works there), and return them.
+
+    Such files are what a killed job left under settings that have changed since (other α, other segments, fewer
+    blocks): no job of the new settings would ever resume from them or remove them. A job is asked for first as
+    its lock's holder (:class:`WorkLock`): while a live process holds it (another run with the old settings,
+    still working) its files stay, with a log line; a stale lock is taken over, its files removed, then the lock.
+    Files of the owned jobs, files whose name is of no known kind (``tails``, :func:`work_owner`) and the folder
+    itself stay (the jobs of the current settings may start in it any moment). Never raises: a file that cannot
+    be removed is logged, and removed by a later run.
+    """
+    work, owned = Path(work), set(owned)
+    tails = tuple(tails)
+    if not work.is_dir():
+        return []
+    by_owner: dict[str, list[Path]] = {}
+    try:
+        entries = list(work.iterdir())
+    except OSError as err:
+        log.warning("could not list the work folder %s (%s)", work, err)
+        return []
+    for p in entries:
+        owner = work_owner(p.name, tails)
+        if owner is None or owner in owned:
+            continue
+        m = _LOCK_TEMP.fullmatch(p.name)
+        if m and m.group("host") == socket.gethostname() and _pid_alive(int(m.group("pid")), None):
+            continue  # a live process taking a lock right now: its file is gone in a moment
+        by_owner.setdefault(owner, []).append(p)
+    removed: list[Path] = []
+    for owner, files in sorted(by_owner.items()):
+        lock = WorkLock(work, owner)
+        try:
+            lock.acquire()  # a live holder refuses: its work stays
+        except LayergeomError as err:
+            log.info("%s: left the work of %s in place: %s", work, owner, err)
+            continue
+        try:
+            for p in files:
+                if p.name == lock.path.name:
+                    removed.append(p)  # the old holder's, taken over: goes when released below
+                    continue
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink(missing_ok=True)
+                removed.append(p)
+        except OSError as err:
+            log.warning("%s: could not remove the work of %s (%s); a later run removes it", work, owner, err)
+        finally:
+            lock.release()
+    if removed:
+        log.info("removed %d work file(s) of %d job(s) that the current settings do not have from %s: %s",
+                 len(removed), len(by_owner), work, ", ".join(sorted(p.name for p in removed)))  # fmt: skip
+    return removed
 
 
 # ---- snapshots of a loop's state ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ where they are used.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import random
@@ -172,19 +173,28 @@ def claim_gpus(n: int, environ=None) -> list[str]:
     if not devices or ("CUDA_VISIBLE_DEVICES" in env and len(devices) <= n):
         return devices
     folder = gpu_lock_dir(env)
-    folder.mkdir(parents=True, exist_ok=True)
     host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
     chosen: list[str] = []
-    for k in range(MAX_JOBS_PER_GPU):
-        for d in devices:
-            if len(chosen) == n:
-                break
-            if d in chosen:
-                continue
-            fh = _try_lock(folder / f"{host}.gpu{re.sub(r'[^A-Za-z0-9_.-]', '_', d)}.{k}.lock")
-            if fh is not None:
-                _held_slots.append(fh)
-                chosen.append(d)
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        for k in range(MAX_JOBS_PER_GPU):
+            for d in devices:
+                if len(chosen) == n:
+                    break
+                if d in chosen:
+                    continue
+                fh = _try_lock(folder / f"{host}.gpu{re.sub(r'[^A-Za-z0-9_.-]', '_', d)}.{k}.lock")
+                if fh is not None:
+                    _held_slots.append(fh)
+                    chosen.append(d)
+    except OSError as err:
+        where = f"${GPU_LOCK_DIR}" if env.get(GPU_LOCK_DIR) else "the default"
+        raise LayergeomError(
+            f"cannot keep the GPU slot locks in {folder} ({where}): {err.strerror or err}; set {GPU_LOCK_DIR} to a "
+            "writable folder on this host's local disk"
+        ) from None
     if len(chosen) < n:
         raise LayergeomError(
             f"no free GPU slot among {len(devices)} GPU(s) x {MAX_JOBS_PER_GPU} jobs in {folder}: lower --resources gpu"
@@ -254,12 +264,99 @@ def describe_device(info: dict) -> str:
     return f"{info['type']} {info['name']} (torch {info['torch']}, CUDA build {info['cuda'] or 'none'}, CUDA_VISIBLE_DEVICES={slot})"
 
 
+# ---- a job's failure ends in its own log ---------------------------------------------------------------------
+_failure_log: dict = {}  # "path": the log file uncaught errors go to; "fh": it, open for faulthandler
+
+
+def failure_line(err: BaseException, rule: str | None = None) -> str:
+    """The one line that ends a failed job's log: ``layergeom: rule X failed: TypeError: ...`` (the message's
+    lines joined), or for a user's error (LayergeomError) its message as it is."""
+    reason = " ".join(str(err).split())
+    what = f"rule {rule} failed" if rule else "failed"
+    if isinstance(err, LayergeomError):
+        return f"layergeom: {reason}"
+    if isinstance(err, KeyboardInterrupt):
+        return f"layergeom: {what}: interrupted (KeyboardInterrupt)"
+    return f"layergeom: {what}: {type(err).__name__}{': ' + reason if reason else ''}"
+
+
+def write_failure(logfile, err: BaseException, rule: str | None = None) -> None:
+    """Append `err`'s traceback and then its :func:`failure_line` (last) to `logfile`; never raises. An error
+    written once (by ``workflow.job``) is not written again (by the hook of :func:`log_failures`)."""
+    if getattr(err, "_layergeom_logged", False):
+        return
+    import traceback
+
+    try:
+        with open(logfile, "a") as fh:
+            if not isinstance(err, LayergeomError):
+                fh.write("".join(traceback.format_exception(type(err), err, err.__traceback__)))
+            fh.write(failure_line(err, rule) + "\n")
+        err._layergeom_logged = True
+    except Exception:  # noqa: BLE001 -- an unwritable log must not hide the error itself
+        pass
+
+
+def log_failures(logfile: str | os.PathLike, rule: str | None = None) -> None:
+    """From now on, an uncaught exception of this process ends in `logfile` as well as on stderr: the traceback,
+    then its one-line reason last (:func:`write_failure`); a crash (segmentation fault, bus error, abort) leaves
+    Python's fatal-error report there (``faulthandler``). Called again, it moves both to the new file."""
+    import faulthandler
+
+    path = str(logfile)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if _failure_log.get("path") != path:
+        old = _failure_log.get("fh")
+        _failure_log.update(path=path, rule=rule, fh=open(path, "a", buffering=1))  # noqa: SIM115 -- kept open
+        faulthandler.enable(file=_failure_log["fh"], all_threads=True)
+        if old is not None:
+            old.close()
+    _failure_log["rule"] = rule
+    if getattr(sys.excepthook, "_layergeom", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, err, tb):
+        if _failure_log.get("path") and not issubclass(kind, SystemExit):
+            write_failure(_failure_log["path"], err, _failure_log.get("rule"))
+        previous(kind, err, tb)
+
+    hook._layergeom = True
+    sys.excepthook = hook
+
+
+def snakemake_script_job():
+    """The ``snakemake`` object of the Snakemake script this process runs (its ``__main__``), else None."""
+    obj = getattr(sys.modules.get("__main__"), "snakemake", None)
+    kind = type(obj)
+    if obj is None or kind.__name__ != "Snakemake" or not kind.__module__.startswith("snakemake"):
+        return None
+    return obj
+
+
+def log_script_failures() -> None:
+    """In a Snakemake script with a ``log:`` file, :func:`log_failures` into it: from the first ``layergeom``
+    import on (``layergeom/__init__.py`` calls this), so a failing import (a broken environment) is in the job's
+    log too, not only in Snakemake's console. Elsewhere (tests, notebooks, the workflow's DAG) it does nothing."""
+    sm = snakemake_script_job()
+    try:
+        logs = list(sm.log) if sm is not None else []
+    except Exception:  # noqa: BLE001 -- an object of another Snakemake version: no log to find
+        logs = []
+    if logs:
+        log_failures(logs[0], getattr(sm, "rule", None))
+
+
 def setup_logging(logfile: str | os.PathLike | None = None) -> None:
-    """Send our logging, warnings and stderr to the rule's log file (or stderr)."""
+    """Send our logging, warnings and stderr to the rule's log file (or stderr).
+
+    The file is emptied once, then every writer appends (the handler, the job's stderr, a failure's traceback):
+    a handler that wrote from its own offset would overwrite what the others appended meanwhile."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if logfile:
         Path(logfile).parent.mkdir(parents=True, exist_ok=True)
-        handlers = [logging.FileHandler(logfile, mode="w")]
+        open(logfile, "w").close()
+        handlers = [logging.FileHandler(logfile, mode="a")]
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=handlers, force=True
     )

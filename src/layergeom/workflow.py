@@ -8,19 +8,35 @@ import os
 import socket
 import sys
 
-from .runtime import LayergeomError, check_given_gpus, claim_gpus, set_determinism, setup_logging
+from .runtime import (
+    LayergeomError,
+    check_given_gpus,
+    claim_gpus,
+    log_failures,
+    set_determinism,
+    setup_logging,
+    write_failure,
+)
 
 log = logging.getLogger("layergeom")
 
 
 @contextlib.contextmanager
-def job(snakemake, seed: int | None = None, threads: int | None = None):
+def job(snakemake, seed: int | None = None, threads: int | None = None, uses_torch: bool = False):
     """Run a script body with stderr and logging sent to ``snakemake.log[0]`` and RNGs seeded.
 
-    A LayergeomError (bad input) is logged as one clear line and ends the job with that message.
+    A LayergeomError (bad input) is logged as one clear line and ends the job with that message; any other
+    failure leaves its traceback in the log, then its one-line reason last (``runtime.write_failure``), and
+    propagates (Snakemake's console shows it too). Failures before the job starts (a failing import) reach the
+    log through ``runtime.log_script_failures``, which the first ``layergeom`` import of a script sets up.
+    ``uses_torch``: import torch (after the GPU slot is taken) so that it is seeded and its threads pinned, for a
+    job whose library modules import it only when they compute.
     """
     logfile = snakemake.log[0] if len(snakemake.log) else None
+    rule = getattr(snakemake, "rule", None)
     setup_logging(logfile)
+    if logfile:
+        log_failures(logfile, rule)  # also for this process's crashes (faulthandler) and uncaught errors
     stream = open(logfile, "a", buffering=1) if logfile else None  # noqa: SIM115
     old = sys.stderr
     if stream:
@@ -39,12 +55,27 @@ def job(snakemake, seed: int | None = None, threads: int | None = None):
         )
         if gpus:  # a GPU job whose torch sees no GPU stops here, before it loads anything
             check_given_gpus()
+        if uses_torch:
+            import torch  # noqa: F401 -- seeded and its threads pinned by set_determinism
         set_determinism(0 if seed is None else seed, threads or getattr(snakemake, "threads", None))
         yield
     except LayergeomError as err:
         log.error("%s", err)
+        err._layergeom_logged = True
         sys.stderr = old
         raise SystemExit(f"layergeom: {err}") from None
+    except SystemExit as err:
+        if err.code not in (None, 0) and logfile:  # a body that exits with a message or status: that is the reason
+            if stream:
+                stream.flush()
+            write_failure(logfile, LayergeomError(f"exited: {err.code}"), rule)
+        raise
+    except BaseException as err:
+        if stream:
+            stream.flush()
+        if logfile:
+            write_failure(logfile, err, rule)
+        raise
     finally:
         sys.stderr = old
         if stream:

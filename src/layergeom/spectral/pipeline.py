@@ -34,7 +34,19 @@ import numpy as np
 import pandas as pd
 
 from ..io import read_tsv, save_npy, write_tsv
-from ..resume import Snapshots, WorkLock, file_id, item_done, job_key, machine_id, mark_done, remove_work, work_dir
+from ..parts import read_parts, write_part
+from ..resume import (
+    Snapshots,
+    WorkLock,
+    file_id,
+    item_done,
+    job_key,
+    machine_id,
+    mark_done,
+    remove_unowned,
+    remove_work,
+    work_dir,
+)
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
 from .convergence import convergence_rows
@@ -473,8 +485,16 @@ def write_spectra(
     return table
 
 
-#: the format of a spectra part file (``write_spectra_part``), checked by the gather
-PART_FORMAT = 1
+def _remove_unowned_work(out_part, siblings: Iterable | None, name) -> None:
+    """Before a part job works: remove from its work folder what a killed job of other settings left there (a
+    block, variant or subset the current settings do not have). `siblings`: the outputs of every part job of the
+    current settings sharing the folder (None: nothing is removed); `name`: output -> its work's name."""
+    if siblings is not None:
+        remove_unowned(work_dir(out_part), {name(p) for p in siblings})
+
+
+def _spectra_part_name(out_part) -> str:
+    return f"spectra_part_{Path(out_part).stem}"
 
 
 def write_spectra_part(
@@ -489,50 +509,57 @@ def write_spectra_part(
     ci_blocks: int | None,
     snapshot_s: float | None = None,
     device: str = "cpu",
+    siblings: Iterable | None = None,
 ) -> None:
     """One block of a checkpoint's boundaries (rule ``spectra_table_part``): the rows and eigenvalue frames of
-    :func:`spectra_rows` pickled as they are (the Python objects the single job turns into the tables, so the
-    gather writes the same bytes) with the boundaries and the group counts, for :func:`gather_spectra`.
+    :func:`spectra_rows` as they are (restored bit for bit, so the gather writes the same bytes) with the
+    boundaries and the group counts, in a part file (``layergeom.parts``: arrays and JSON, with its inputs and
+    settings) for :func:`gather_spectra`.
 
     ``snapshot_s``: save the rows done so far every that many seconds, and resume from them (``resume``); the
-    parts of a checkpoint share their work folder (``parts/spectra/.partial/``), each with its own snapshot;
-    ``device``: where the decompositions and the replicates' products run.
+    parts of a checkpoint share their work folder (``parts/spectra/.partial/``), each with its own snapshot, and
+    `siblings` (the outputs of every part job of the current settings) lets a part remove the work of blocks the
+    settings no longer have; ``device``: where the decompositions and the replicates' products run.
     """
+    _remove_unowned_work(out_part, siblings, _spectra_part_name)
+    settings = {"sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol, "ci_level": ci_level, "ci_method": ci_method,
+                "ci_blocks": ci_blocks}  # fmt: skip
     rows, eig, counts, snap = spectra_rows(
-        files, out_part, sr_k=sr_k, dtype=dtype, rank_tol=rank_tol, ci_level=ci_level, ci_method=ci_method,
-        ci_blocks=ci_blocks, eigenvalues=True, snapshot_s=snapshot_s, what=f"spectra_part_{Path(out_part).stem}",
+        files, out_part, **settings, eigenvalues=True, snapshot_s=snapshot_s, what=_spectra_part_name(out_part),
         device=device,
     )  # fmt: skip
-    part = {"format": PART_FORMAT, "boundaries": list(files.names), "counts": [int(c) for c in counts],
-            "rows": rows, "eigenvalues": eig}  # fmt: skip
-    with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
-        pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    data = {"boundaries": list(files.names), "counts": [int(c) for c in counts], "rows": rows, "eigenvalues": eig}
+    write_part(out_part, "spectra", data, job="spectra_table_part", inputs=files.paths(), settings=settings)
     snap.clear()
 
 
-def gather_spectra(parts: list, boundaries: list[str], out_tsv, out_eigenvalues=None) -> pd.DataFrame:
+def _same_counts(parts) -> None:
+    """The parts of one checkpoint's table share one grouping of the samples."""
+    first = parts[0] if parts else None
+    for part in parts[1:]:
+        if part.data["counts"] != first.data["counts"]:
+            raise LayergeomError(
+                f"{part.path}: group_counts {part.data['counts']} differ from {first.path}'s {first.data['counts']}; "
+                "the intervals need one grouping of the samples per checkpoint: rerun the Jacobian job"
+            )
+
+
+def gather_spectra(parts: list, boundaries: list[str], out_tsv, out_eigenvalues=None, *, inputs=None) -> pd.DataFrame:
     """spectra.tsv and eigenvalues.tsv of a checkpoint from its parts (rule ``spectra_table_gather``), in
     boundary order: byte for byte what :func:`write_spectra` writes in one job.
 
     The parts must cover `boundaries` in order, each once, and share one grouping of the samples (the group
-    counts every part's intervals were computed with, as :meth:`BoundaryFiles.counts` checks in one job).
+    counts every part's intervals were computed with, as :meth:`BoundaryFiles.counts` checks in one job) and
+    their settings; with `inputs` (the checkpoint's Jacobian files), each part must have been computed from them
+    as they are now (``parts.read_parts``: a truncated, foreign or stale part is one error naming it).
     """
-    rows, eig, names, first = [], [], [], None
-    for path in parts:
-        with open(path, "rb") as fh:
-            part = pickle.load(fh)
-        if not isinstance(part, dict) or part.get("format") != PART_FORMAT:
-            raise LayergeomError(f"{path}: not a spectra part of this version; rerun its spectra_table_part job")
-        if first is None:
-            first = (path, part["counts"])
-        elif part["counts"] != first[1]:
-            raise LayergeomError(
-                f"{path}: group_counts {part['counts']} differ from {first[0]}'s {first[1]}; the intervals need one "
-                "grouping of the samples per checkpoint: rerun the Jacobian job"
-            )
-        names += part["boundaries"]
-        rows += part["rows"]
-        eig += part["eigenvalues"]
+    loaded = read_parts(parts, "spectra", inputs=inputs, job="spectra_table_part")
+    _same_counts(loaded)
+    rows, eig, names = [], [], []
+    for part in loaded:
+        names += part.data["boundaries"]
+        rows += part.data["rows"]
+        eig += part.data["eigenvalues"]
     if names != list(boundaries):
         raise LayergeomError(f"the spectra parts {[str(p) for p in parts]} hold boundaries {names}, not the "
                              f"checkpoint's {list(boundaries)} in order; rerun the spectra_table_part jobs")  # fmt: skip
@@ -596,34 +623,6 @@ def _cumulative_table(
     return table, counts, snap
 
 
-#: the format of the fanned-out cumulative and convergence part files, checked by their gathers
-CHAIN_PART_FORMAT = 1
-
-
-def _dump_part(part: dict, out_part) -> None:
-    with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
-        pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _load_parts(parts: list, kind: str, job: str) -> list[dict]:
-    """The part files of a fanned-out table (`kind` names it in errors), with one grouping of the samples."""
-    out, first = [], None
-    for path in parts:
-        with open(path, "rb") as fh:
-            part = pickle.load(fh)
-        if not isinstance(part, dict) or part.get("kind") != kind or part.get("format") != CHAIN_PART_FORMAT:
-            raise LayergeomError(f"{path}: not a {kind} part of this version; rerun its {job} job")
-        if first is None:
-            first = (path, part["counts"])
-        elif part["counts"] != first[1]:
-            raise LayergeomError(
-                f"{path}: group_counts {part['counts']} differ from {first[0]}'s {first[1]}; the intervals need one "
-                "grouping of the samples per checkpoint: rerun the Jacobian job"
-            )
-        out.append(part)
-    return out
-
-
 def write_cumulative_variant(
     files: BoundaryFiles,
     out_part,
@@ -633,41 +632,50 @@ def write_cumulative_variant(
     ci_blocks: int | None,
     snapshot_s: float | None = None,
     device: str = "cpu",
+    siblings: Iterable | None = None,
 ) -> None:
     """One variant's chain of cumulative.tsv through every boundary (rule ``spectra_cumulative_variant``): the
     rows :func:`write_cumulative` computes for it (``cumulative_rows`` with ``variants=[variant]``: the chains of
-    the variants never meet, so they are the same numbers), pickled as computed for :func:`gather_cumulative`.
+    the variants never meet, so they are the same numbers), as computed, in a part file (``layergeom.parts``) for
+    :func:`gather_cumulative`.
 
     ``snapshot_s``: save the product every that many seconds, and resume from it (``resume``); the variants of a
-    checkpoint share their work folder (``parts/cumulative/.partial/``), each with its own snapshot.
-    ``device``: where the products compute (it resumes on any).
+    checkpoint share their work folder (``parts/cumulative/.partial/``), each with its own snapshot (`siblings`:
+    the outputs of every variant job, ``{variant}.npz``; the work of others is removed). ``device``: where the
+    products compute (it resumes on any).
     """
     step_operator(np.zeros((1, 1)), variant)  # an unknown variant: one clear error before any work
+    _remove_unowned_work(out_part, siblings, lambda p: f"cumulative_{Path(p).stem}")
     table, counts, snap = _cumulative_table(files, out_part, [variant], ci_level=ci_level, ci_blocks=ci_blocks,
                                             snapshot_s=snapshot_s, what=f"cumulative_{variant}",
                                             device=device)  # fmt: skip
-    _dump_part({"kind": "cumulative", "format": CHAIN_PART_FORMAT, "variant": variant, "boundaries": list(files.names),
-                "counts": [int(c) for c in counts], "table": table}, out_part)  # fmt: skip
+    data = {"variant": variant, "boundaries": list(files.names), "counts": [int(c) for c in counts], "table": table}
+    write_part(out_part, "cumulative", data, job="spectra_cumulative_variant", inputs=files.paths(),
+               settings={"ci_level": ci_level, "ci_blocks": ci_blocks})  # fmt: skip
     snap.clear()
 
 
-def gather_cumulative(parts: list, boundaries: list[str], out_tsv, variants: Iterable[str] = VARIANTS) -> pd.DataFrame:
+def gather_cumulative(
+    parts: list, boundaries: list[str], out_tsv, variants: Iterable[str] = VARIANTS, *, inputs=None
+) -> pd.DataFrame:
     """cumulative.tsv of a checkpoint from its variants' parts (rule ``spectra_cumulative_gather``), the variants
     in `variants` order: byte for byte what :func:`write_cumulative` writes in one job (its table is sorted by
     variant, then depth: the parts' rows one after the other).
 
     There must be one part per variant, in order, each over `boundaries` in order, all with one grouping of the
-    samples."""
-    loaded = _load_parts(parts, "cumulative", "spectra_cumulative_variant")
-    got = [p["variant"] for p in loaded]
+    samples and one set of settings; with `inputs` (the checkpoint's Jacobian files), each computed from them as
+    they are now (``parts.read_parts``)."""
+    loaded = read_parts(parts, "cumulative", inputs=inputs, job="spectra_cumulative_variant")
+    _same_counts(loaded)
+    got = [p.data["variant"] for p in loaded]
     if got != list(variants):
         raise LayergeomError(f"the cumulative parts {[str(p) for p in parts]} hold the variants {got}, not "
                              f"{list(variants)} in order; rerun the spectra_cumulative_variant jobs")  # fmt: skip
-    for path, p in zip(parts, loaded):
-        if p["boundaries"] != list(boundaries):
-            raise LayergeomError(f"{path}: a chain over {p['boundaries']}, not the checkpoint's {list(boundaries)} "
-                                 "in order; rerun its spectra_cumulative_variant job")  # fmt: skip
-    table = pd.concat([p["table"] for p in loaded], ignore_index=True)
+    for p in loaded:
+        if p.data["boundaries"] != list(boundaries):
+            raise LayergeomError(f"{p.path}: a chain over {p.data['boundaries']}, not the checkpoint's "
+                                 f"{list(boundaries)} in order; rerun its spectra_cumulative_variant job")  # fmt: skip
+    table = pd.concat([p.data["table"] for p in loaded], ignore_index=True)
     write_tsv(table, out_tsv)
     return table
 
@@ -1129,18 +1137,21 @@ def write_convergence_subset(
     ci_level: float,
     snapshot_s: float | None = None,
     device: str = "cpu",
+    siblings: Iterable | None = None,
 ) -> None:
     """The convergence.tsv rows of one subset size (rule ``spectra_convergence_subset``): the `subset`-th of
     ``convergence_sizes(G, sizes)`` (G the Jacobian job's groups, known once it ran: the workflow fans out over
     the index, as many as the config's n_groups allows, and an index past the sizes of the actual G has no
     rows). ``convergence_rows`` over that one size: every size's arithmetic is its own (its first S groups,
-    weights, replicates and chains), so the rows are those :func:`write_convergence` computes for it; pickled for
-    :func:`gather_convergence`.
+    weights, replicates and chains), so the rows are those :func:`write_convergence` computes for it; in a part
+    file (``layergeom.parts``) for :func:`gather_convergence`.
 
     ``snapshot_s``: save the state every that many seconds, and resume from it (``resume``); the subsets of a
-    checkpoint share their work folder (``parts/convergence/.partial/``), each with its own snapshot.
-    ``device``: where the product chains compute (it resumes on any).
+    checkpoint share their work folder (``parts/convergence/.partial/``), each with its own snapshot (`siblings`:
+    the outputs of every subset job, ``{k}.npz``; the work of others is removed). ``device``: where the product
+    chains compute (it resumes on any).
     """
+    _remove_unowned_work(out_part, siblings, lambda p: f"convergence_{Path(p).stem}")
     counts = files.counts()
     every = convergence_sizes(len(counts), sizes)
     S = every[subset : subset + 1] if subset >= 0 else []
@@ -1148,31 +1159,37 @@ def write_convergence_subset(
     table, snap = _convergence_table(files, out_part, counts, S, what=f"convergence_{subset}", n_edge=n_edge,
                                      sr_k=sr_k, dtype=dtype, rank_tol=rank_tol, ci_level=ci_level,
                                      snapshot_s=snapshot_s, device=device)  # fmt: skip
-    _dump_part({"kind": "convergence", "format": CHAIN_PART_FORMAT, "subset": int(subset), "sizes": every,
-                "boundaries": list(files.names), "counts": [int(c) for c in counts], "table": table},
-               out_part)  # fmt: skip
+    data = {"subset": int(subset), "sizes": every, "boundaries": list(files.names),
+            "counts": [int(c) for c in counts], "table": table}  # fmt: skip
+    settings = {"sizes": sizes, "n_edge": n_edge, "sr_k": sr_k, "dtype": dtype, "rank_tol": rank_tol,
+                "ci_level": ci_level}  # fmt: skip
+    write_part(out_part, "convergence", data, job="spectra_convergence_subset", inputs=files.paths(),
+               settings=settings)  # fmt: skip
     snap.clear()
 
 
-def gather_convergence(parts: list, boundaries: list[str], out_tsv) -> pd.DataFrame:
+def gather_convergence(parts: list, boundaries: list[str], out_tsv, *, inputs=None) -> pd.DataFrame:
     """convergence.tsv of a checkpoint from its subsets' parts (rule ``spectra_convergence_gather``), in size
     order: byte for byte what :func:`write_convergence` writes in one job (its rows are size by size).
 
-    The parts must be the subsets 0, 1, … in order, over `boundaries`, with one grouping of the samples, and
-    cover every size of it (more parts than sizes: the extra ones have no rows)."""
-    loaded = _load_parts(parts, "convergence", "spectra_convergence_subset")
+    The parts must be the subsets 0, 1, … in order, over `boundaries`, with one grouping of the samples and one
+    set of settings, and cover every size of it (more parts than sizes: the extra ones have no rows); with
+    `inputs` (the checkpoint's Jacobian files), each computed from them as they are now (``parts.read_parts``)."""
+    loaded = read_parts(parts, "convergence", inputs=inputs, job="spectra_convergence_subset")
     if not loaded:
         raise LayergeomError("no convergence parts to gather")
-    every = loaded[0]["sizes"]
-    for k, (path, p) in enumerate(zip(parts, loaded)):
-        if p["subset"] != k or p["sizes"] != every or p["boundaries"] != list(boundaries):
-            raise LayergeomError(f"{path}: subset {p['subset']} of sizes {p['sizes']} over {p['boundaries']}, not "
+    _same_counts(loaded)
+    every = loaded[0].data["sizes"]
+    for k, p in enumerate(loaded):
+        d = p.data
+        if d["subset"] != k or d["sizes"] != every or d["boundaries"] != list(boundaries):
+            raise LayergeomError(f"{p.path}: subset {d['subset']} of sizes {d['sizes']} over {d['boundaries']}, not "
                                  f"subset {k} of {every} over the checkpoint's {list(boundaries)}; rerun the "
                                  "spectra_convergence_subset jobs")  # fmt: skip
     if len(loaded) < len(every):
         raise LayergeomError(f"{len(loaded)} convergence parts for the sizes {every}: the config's spectra.n_groups "
                              "is below the Jacobian job's groups; rerun the Jacobian job")  # fmt: skip
-    frames = [p["table"] for p in loaded if len(p["table"])]
-    table = pd.concat(frames, ignore_index=True) if frames else loaded[0]["table"]
+    frames = [p.data["table"] for p in loaded if len(p.data["table"])]
+    table = pd.concat(frames, ignore_index=True) if frames else loaded[0].data["table"]
     write_tsv(table, out_tsv)
     return table
