@@ -113,10 +113,77 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg} (load {load:.1f})", flush=True)
 
 
+class Seconds(float):
+    """Wall seconds of a timed call, with the process's CPU seconds in it (every thread: ``time.process_time``) as
+    ``cpu``. Sums, differences and scalings keep both, so that a result built from timings has a CPU twin
+    (``cpu_twin``): on a shared machine the wall time grows with the load, the CPU time far less."""
+
+    def __new__(cls, wall: float, cpu: float):
+        obj = super().__new__(cls, wall)
+        obj.cpu = float(cpu)
+        return obj
+
+    def __add__(self, other):
+        return Seconds(float(self) + float(other), self.cpu + getattr(other, "cpu", float(other)))
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return Seconds(float(self) - float(other), self.cpu - getattr(other, "cpu", float(other)))
+
+    def __mul__(self, k):
+        return Seconds(float(self) * float(k), self.cpu * float(k))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, k):
+        return Seconds(float(self) / float(k), self.cpu / float(k))
+
+
 def timed(fn, *args, **kwargs):
-    t = time.perf_counter()
+    """(fn's result, its ``Seconds``)."""
+    t, c = time.perf_counter(), time.process_time()
     out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t
+    return out, Seconds(time.perf_counter() - t, time.process_time() - c)
+
+
+def mean(xs) -> Seconds | float:
+    """The mean of timings, keeping their CPU seconds."""
+    xs = list(xs)
+    return sum(xs[1:], xs[0]) / len(xs)
+
+
+def cpu_twin(tree):
+    """The CPU seconds of every ``Seconds`` in a results tree (dicts of timings), in the same shape; None where a
+    branch holds none."""
+    if isinstance(tree, Seconds):
+        return tree.cpu
+    if isinstance(tree, dict):
+        out = {k: cpu_twin(v) for k, v in tree.items() if k != "cpu"}
+        out = {k: v for k, v in out.items() if v is not None}
+        return out or None
+    return None
+
+
+def with_cpu(entry: dict) -> dict:
+    """A result entry with its CPU twin under ``cpu`` (kept through the JSON file, which stores plain floats)."""
+    twin = cpu_twin(entry)
+    return entry | ({"cpu": twin} if twin else {})
+
+
+def cpu_view(out: dict, threads: int) -> dict:
+    """long_jobs.json with every timing that has a CPU twin replaced by its CPU seconds / `threads`: the wall a
+    job would take on `threads` cores of its own with every thread busy (a lower bound; the measured wall on a
+    loaded machine an upper one)."""
+
+    def overlay(entry, twin):
+        if isinstance(entry, dict) and isinstance(twin, dict):
+            return {k: overlay(v, twin.get(k)) if k in twin else v for k, v in entry.items() if k != "cpu"}
+        return twin / threads if isinstance(twin, float | int) and not isinstance(twin, bool) else entry
+
+    res = {job: {d: overlay(e, e.get("cpu")) if isinstance(e, dict) and "cpu" in e else e for d, e in by_d.items()}
+           for job, by_d in out["results"].items() if job != "rates"}  # fmt: skip
+    return {**out, "results": res}
 
 
 # ---- synthetic J̄ and group means ----------------------------------------------------------------------
@@ -241,8 +308,8 @@ def bench_spectra(kinds: dict, counts, cfg, device: str = "cpu") -> dict:
     for kind, (J, groups, _) in kinds.items():
         by_kind[kind] = bench_spectra_one(J, groups, counts, cfg, f"L0.{kind}", device)
         log(f"spectra d={J.shape[0]} {kind}: {by_kind[kind]}")
-    mean = {k: float(np.mean([t[k] for t in by_kind.values()])) for k in SPECTRA_PARTS}
-    return {"K": next(iter(by_kind.values()))["K"], **mean, "by_kind": by_kind}
+    parts = {k: mean(t[k] for t in by_kind.values()) for k in SPECTRA_PARTS}
+    return with_cpu({"K": next(iter(by_kind.values()))["K"], **parts, "by_kind": by_kind})
 
 
 #: the boundaries a product chain is timed through, in depth order (the blocks of Llama-3.1-8B and OLMo-3-7B
@@ -264,7 +331,7 @@ def bench_cumulative(kinds: dict, counts, cfg, device: str = "cpu") -> dict:
     def steps(marks: list, dev: list):  # as write_cumulative: the deviations computed as the boundary is read
         for i, kind in enumerate(CHAIN_DEPTHS):
             J, groups, _ = kinds[kind]
-            marks.append(time.perf_counter())
+            marks.append(Seconds(time.perf_counter(), time.process_time()))
             D, t = timed(intervals.deviations, J, groups, counts, reps)
             dev.append(t)
             yield f"L{i}.{kind}", J, D
@@ -276,9 +343,9 @@ def bench_cumulative(kinds: dict, counts, cfg, device: str = "cpu") -> dict:
         out["variant_s"][v] = marks[0] + total - marks[-1]
         out["deviations_s"][v] = dev[-1]
         log(f"cumulative {v}: {out['variant_s'][v]:.1f} s at depth {len(CHAIN_DEPTHS)} (deviations {dev[-1]:.1f} s)")
-    dev = float(np.mean(list(out["deviations_s"].values())))
+    dev = mean(out["deviations_s"].values())
     out["boundary_s"] = dev + sum(out["variant_s"][v] - out["deviations_s"][v] for v in VARIANTS)
-    return out
+    return with_cpu(out)
 
 
 class _Timestamped(dict):
@@ -369,7 +436,7 @@ def bench_schur_chains(kinds: dict, counts, cfg, seed: int, device: str = "cpu",
         out["boundaries"][kind] = {**info, "prep_s": t, "henrici": henrici_departure(J, form.lam),
                                    "n_nonzero": int(form.n_nonzero)}  # fmt: skip
         log(f"schur prep d={d} {kind}: {t:.1f} s, {out['boundaries'][kind]}")
-    out["prep_s"] = float(np.mean([b["prep_s"] for b in out["boundaries"].values()]))
+    out["prep_s"] = mean(b["prep_s"] for b in out["boundaries"].values())
     kw = {"alphas": alphas, "weights": None if reps is None else reps.weights, "ci_level": cfg["ci_level"],
           "device": device, "order_alphas": spread}  # fmt: skip
 
@@ -404,11 +471,11 @@ def bench_schur_chains(kinds: dict, counts, cfg, seed: int, device: str = "cpu",
             _, step_s[cls] = timed(step_at, last, ch, chains, False)
         routes[cls] = {"/".join(map(str, key)): dict(c.routes) for key, c in chains.items()}
         log(f"schur chain step d={d} {cls} ({ch}): {step_s[cls]:.1f} s, routes {routes[cls]}")
-    out["advance_s"] = {base: float(np.mean(ts)) for base, ts in advance.items()}
+    out["advance_s"] = {base: mean(ts) for base, ts in advance.items()}
     if steps:
         out |= {"step_s": step_s, "routes": routes,
                 "boundary_s": out["prep_s"] + sum(count[c] * step_s[c] for c in step_s)}  # fmt: skip
-    return out
+    return with_cpu(out)
 
 
 # ---- one checkpoint fanned out: its jobs on `concurrent` slots ------------------------------------------------
@@ -588,12 +655,11 @@ def fanout_alternatives(out: dict, d: int) -> list[dict]:
     return rows
 
 
-def totals(out: dict, d: int) -> None:
-    """The per-checkpoint CPU (or GPU) hours of the first model with the config's fan-out (the cumulative table as
-    its variants' jobs, the Schur chains as the config's spectra.chain_segments make them: the segments' repeated
-    prefix products count, ``spectra_schur_chain_prefixes``; ``total_one_job_per_chain`` without them), and the
-    critical path of the config's spectra.boundaries_per_job and chain segments and of the alternatives, into `out`."""
-    kind = "cpu" if out.get("device", "cpu") == "cpu" else "gpu"
+def checkpoint_totals(out: dict, d: int) -> dict:
+    """The per-checkpoint hours of the first model with the config's fan-out (the cumulative table as its variants'
+    jobs, the Schur chains as the config's spectra.chain_segments make them: the segments' repeated prefix products
+    count, ``spectra_schur_chain_prefixes``; ``total_one_job_per_chain`` without them), and the critical path of
+    the config's spectra.boundaries_per_job and chain segments (and with one job per chain), and the alternatives'."""
     hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
     res, B = out["results"], out["models"][MODELS[0]]["boundaries"]
     variants = cumulative_variant_boundary_s(res, d)
@@ -605,22 +671,46 @@ def totals(out: dict, d: int) -> None:
     S, segments = config_chain_segments(out)
     if chains is not None:
         hours["spectra_schur_chain_prefixes"] = prefix_hours(chains, segments)
-    out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
+    got = {"hours": hours | {"total": sum(hours.values())}}
     if "spectra_schur_chain_prefixes" in hours:
-        out[f"per_checkpoint_{kind}_hours"]["total_one_job_per_chain"] = (
-            sum(hours.values()) - hours["spectra_schur_chain_prefixes"]
-        )
+        got["hours"]["total_one_job_per_chain"] = sum(hours.values()) - hours["spectra_schur_chain_prefixes"]
     n = config_spectra(out).get("boundaries_per_job")
     kw = _path_inputs(out, d)
     cp = critical_path(out["summary"], chains, B, boundaries_per_job=n, chain_segments=segments, **kw)
-    out["critical_path_hours_64_jobs"] = cp | {"chain_segments": S}
-    out.pop("critical_path_hours_64_jobs_one_job_per_chain", None)
+    got["critical_path"] = cp | {"chain_segments": S}
     if chains is not None and S > 1:
         _, one = config_chain_segments(out, 1)
-        out["critical_path_hours_64_jobs_one_job_per_chain"] = critical_path(
-            out["summary"], chains, B, boundaries_per_job=n, chain_segments=one, **kw)  # fmt: skip
+        got["one_job_per_chain"] = critical_path(out["summary"], chains, B, boundaries_per_job=n,
+                                                 chain_segments=one, **kw)  # fmt: skip
     if chains is not None:
-        out["fanout_alternatives"] = fanout_alternatives(out, d)
+        got["alternatives"] = fanout_alternatives(out, d)
+    return got
+
+
+def totals(out: dict, d: int) -> None:
+    """``checkpoint_totals`` into `out`: at the measured wall times (``per_checkpoint_<cpu|gpu>_hours``,
+    ``critical_path_hours_64_jobs``, ``fanout_alternatives``), and on the CPU, where the timings carry their CPU
+    seconds, at those seconds over the machine's cores (``cpu_time``: the wall of a machine of these cores
+    with no other load, a lower bound; the measured wall on a loaded machine an upper one)."""
+    kind = "cpu" if out.get("device", "cpu") == "cpu" else "gpu"
+    got = checkpoint_totals(out, d)
+    out[f"per_checkpoint_{kind}_hours"] = got["hours"]
+    out["critical_path_hours_64_jobs"] = got["critical_path"]
+    for key, part in (("critical_path_hours_64_jobs_one_job_per_chain", "one_job_per_chain"),
+                      ("fanout_alternatives", "alternatives")):  # fmt: skip
+        out.pop(key, None)
+        if part in got:
+            out[key] = got[part]
+    out.pop("cpu_time", None)
+    twins = [e for by_d in out["results"].values() for e in by_d.values() if isinstance(e, dict) and "cpu" in e]
+    if kind == "cpu" and twins:
+        c = out["config"]
+        view = cpu_view(out, out["machine"]["cpus"])
+        view["summary"] = summarise(view, d, c["config_tokens"], int(c["convergence_boundaries"]))
+        ideal = checkpoint_totals(view, d)
+        out["cpu_time"] = {"cores": out["machine"]["cpus"], "per_checkpoint_hours": ideal["hours"],
+                           "critical_path_hours_64_jobs": ideal["critical_path"],
+                           "fanout_alternatives": ideal.get("alternatives")}  # fmt: skip
 
 
 def convergence_step(
@@ -679,7 +769,7 @@ def bench_convergence(J, groups, counts, cfg, device: str = "cpu") -> dict:
     _, final = timed(convergence_step, J, groups, counts, S, fresh_chains(S), cfg, edge=False, final=True,
                      device=device)  # fmt: skip
     out["final_extra_s"] = max(0.0, final - out["plain_s"][S])
-    return out
+    return with_cpu(out)
 
 
 def convergence_checkpoint_s(conv: dict, n_boundaries: int, n_edge: int, scale: float = 1.0) -> float:
@@ -702,8 +792,9 @@ def bench_topology(d: int, tokens: int, window_tokens: int, cfg: dict, seed: int
         topo, total = timed(boundary_topology, states, mask, cfg, seed, device=device)
         _, corr = timed(streamed_correlation, states, mask, cfg["chunk_tokens"], device=device)
         del states
-    return {"d": d, "tokens": tokens, "boundary_s": total, "correlation_s": corr,
-            "communities": topo.summary["n_communities"], "edges": topo.summary["n_edges_pos"] + topo.summary["n_edges_neg"]}  # fmt: skip
+    return with_cpu({"d": d, "tokens": tokens, "boundary_s": total, "correlation_s": corr,
+                     "communities": topo.summary["n_communities"],
+                     "edges": topo.summary["n_edges_pos"] + topo.summary["n_edges_neg"]})  # fmt: skip
 
 
 # ---- main ------------------------------------------------------------------------------------------------
@@ -965,6 +1056,40 @@ def _routes(routes: dict) -> str:
     )
 
 
+def _alternatives_table(alts: list[dict]) -> list[str]:
+    """The fan-out alternatives as a table: spectra.boundaries_per_job by rows, spectra.chain_segments by columns."""
+    Ss = sorted({r["chain_segments"] for r in alts})
+    cell = {(r["boundaries_per_job"], r["chain_segments"]): r for r in alts}
+    best = min(alts, key=lambda r: (round(r["hours"], 2), r["prefix_cpu_hours"], r["jobs"]))
+    L = [
+        "| `boundaries_per_job` | " + " | ".join(f"`chain_segments: {S}`" for S in Ss) + " |",
+        "|---:|" + "---:|" * len(Ss),
+    ]
+    for n in sorted({r["boundaries_per_job"] for r in alts}):
+        cells = []
+        for S in Ss:
+            r = cell[n, S]
+            text = f"{r['hours']:.2f} h ({r['jobs']}; {r['prefix_cpu_hours']:.1f})"
+            cells.append(f"**{text}**" if r is best else text)
+        L.append(f"| {n} | " + " | ".join(cells) + " |")
+    return L
+
+
+def _cpu_time_text(out: dict) -> list[str]:
+    """The totals at the CPU time over the machine's cores (``totals``' ``cpu_time``), a line, or nothing."""
+    ct = out.get("cpu_time")
+    if not ct:
+        return []
+    h, cp = ct["per_checkpoint_hours"], ct["critical_path_hours_64_jobs"]
+    return [f"At the CPU seconds the timed calls took over the machine's {ct['cores']} cores (`cpu_time`: the same "
+            "work on these cores with no other load, a lower bound on its wall time, where the measured wall on a "
+            f"loaded machine is an upper one): **{h['total']:.1f} hours** per checkpoint"
+            + (f" ({h['spectra_schur_chain_prefixes']:.1f} h of repeated prefixes)"
+               if "spectra_schur_chain_prefixes" in h else "")
+            + f", and the last job of the fanned-out checkpoint ends after **{cp['hours']:.2f} h** on 64 "
+            "concurrent jobs.\n"]  # fmt: skip
+
+
 def markdown(out: dict) -> str:
     res, models, mach, c = out["results"], out["models"], out["machine"], out["config"]
     d = out["d"]
@@ -1006,6 +1131,7 @@ def markdown(out: dict) -> str:
         + (f" and the device `{out['device']}`" if out.get("device", "cpu") != "cpu" else ""),
         "",
         *totals_text,
+        *_cpu_time_text(out),
         f"Over {LIMIT_MIN:.0f} min per checkpoint (**bold**): the job must be resumable (or split) at papers scale.",
         "",
         "| job | s per boundary | measured at | "
@@ -1042,19 +1168,13 @@ def markdown(out: dict) -> str:
                   f"{out['per_checkpoint_cpu_hours']['spectra_schur_chain_prefixes']:.1f} CPU-hours per checkpoint "
                   f"(in the total above). With one job per chain ({one['chain_jobs']} chain jobs) the last job "
                   f"ends after {one['hours']:.2f} h."]  # fmt: skip
-        alts = out.get("fanout_alternatives")
-        if alts:
-            Ss = sorted({r["chain_segments"] for r in alts})
-            ns = sorted({r["boundaries_per_job"] for r in alts})
-            cell = {(r["boundaries_per_job"], r["chain_segments"]): r for r in alts}
-            L += ["", "The alternatives (`fanout_alternatives`): hours until the last job ends on 64 concurrent jobs "
-                  "(jobs per checkpoint; CPU-hours of repeated prefix products):", "",
-                  "| `boundaries_per_job` | " + " | ".join(f"`chain_segments: {S}`" for S in Ss) + " |",
-                  "|---:|" + "---:|" * len(Ss)]  # fmt: skip
-            for n in ns:
-                row = [cell[n, S] for S in Ss]
-                L.append(f"| {n} | " + " | ".join(f"{r['hours']:.2f} h ({r['jobs']}; {r['prefix_cpu_hours']:.1f})"
-                                                   for r in row) + " |")  # fmt: skip
+        for alts, how in ((out.get("fanout_alternatives"), "at the measured wall times"),
+                          ((out.get("cpu_time") or {}).get("fanout_alternatives"),
+                           f"at the CPU time over {mach['cpus']} cores")):  # fmt: skip
+            if alts:
+                L += ["", f"The alternatives {how} (`fanout_alternatives`): hours until the last job ends on 64 "
+                      "concurrent jobs (jobs per checkpoint; hours of repeated prefix products):", "",
+                      *_alternatives_table(alts)]  # fmt: skip
         variants = cumulative_variant_boundary_s(res, d)
         if variants and "spectra_convergence" in res:
             cum = res["spectra_cumulative"][d]
