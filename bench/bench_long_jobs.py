@@ -754,7 +754,7 @@ def bench_convergence(J, groups, counts, cfg, device: str = "cpu") -> dict:
         preps = intervals.replicates(sub, 4)
         Jp = np.tensordot(sub / sub.sum(), np.asarray(groups[:S], dtype=np.float64), axes=1)
         Dp = intervals.deviations(Jp, groups[:S], sub, preps)
-        chains = {v: ProductChain(0.0, device) for v in VARIANTS}
+        chains = {v: ProductChain(0.0, device, lowrank=v == "update") for v in VARIANTS}  # as convergence_rows
         for v, c in chains.items():
             c.advance(step_operator(Jp, v), Dp)
         return chains
@@ -1125,7 +1125,8 @@ def markdown(out: dict) -> str:
         f"Machine: {mach['cpus']} CPUs ({mach['processor']}), {mach['platform']}, numpy {mach['numpy']} "
         f"(OpenBLAS, default threads: every core), scipy {mach['scipy']}; OMP_WAIT_POLICY={mach['OMP_WAIT_POLICY']}. "
         f"The bench ran in parts ({_loads(mach.get('runs', []))}): the machine is shared, and a load above the CPU "
-        "count inflates the times.",
+        "count inflates the times."
+        + "".join(f" `{job}` is carried over from {why}." for job, why in out.get("carried", {}).items()),
         "",
         f"## Per boundary (d = {d}) and per checkpoint, on these {mach['cpus']} cores"
         + (f" and the device `{out['device']}`" if out.get("device", "cpu") != "cpu" else ""),
