@@ -6,40 +6,53 @@ This bench times ONE boundary of each with the project's own functions and the s
 config/papers.yaml, on synthetic matrices of papers width d = 4096 (Llama-3.1-8B, OLMo-3-7B):
 
 - ``spectra_table``: the deviations Δ_k of the K = n_groups jackknife replicates, ``decompose`` (eigenvectors
-  and full SVD), ``spectra_row`` and ``spectra_intervals`` (metrics, linearised replicates), as ``write_spectra`` per boundary;
-- ``spectra_cumulative``: ``cumulative_rows`` on two boundaries (both variants, the K deviations), the second
-  timed: the step that multiplies;
-- ``spectra_schur``: ``schur_surgery`` on two boundaries with the config's α grid, ``schur_ci_blocks`` and
-  ``schur_ci_controls``, the second timed; at d = 2048 (one boundary at 4096 takes about a quarter of an hour)
-  and extrapolated as d³;
+  and full SVD), ``spectra_row`` and ``spectra_intervals`` (metrics, linearised replicates), as ``write_spectra``
+  per boundary; on an attention and an MLP boundary (the mean: the blocks alternate them);
+- ``spectra_cumulative``: ``cumulative_rows`` of one variant (its fanned-out job, ``spectra_cumulative_variant``)
+  through attention, MLP, attention, MLP (``CHAIN_DEPTHS``), the last boundary timed (its deviations apart);
+- ``spectra_schur`` as its fanned-out jobs take it (``schur_chains``): ``prepare_boundary`` (a prep job's
+  per-boundary work) on an attention and an MLP boundary, and per cost class (``resources.schur_chain_class``:
+  a run's ``{real|tangents|plain}_{update|full}``, an ``order``) one chain through ``CHAIN_DEPTHS`` as a chain
+  job takes it (``chain_step_input``: the operators rebuilt from the prep's arrays): the products alone
+  (``advance=True``, a segment's prefix) at depths 2 and 3, timed, and a full step at depth 4, timed, with the
+  singular-value route each product took (``ProductChain.routes``: the `update` products are numerically low
+  rank only after the second attention boundary, as in real chains); an order's step split into its reordered
+  normal part J₀^π and each variant's products and singular values;
 - ``spectra_convergence``: the inner step of ``convergence_rows`` per subset size (its loop body, rebuilt
   from the same functions: the function has no per-boundary entry point) for a plain boundary (products only)
   and an edge boundary (one of the 2·n_edge + 1 whose metrics are recomputed), and the final step's extra SVD;
 - ``topology_graph``: ``boundary_topology`` on a float32 activation memmap of windows × window_tokens rows
   (the config's), a signed factor model as in bench_topology.py.
 
-Matrices: J̄ = 0.5·Gaussian/√d (spectral norm ≈ 1) plus a rank-32 part of norm ≈ 1 (full rank, like an MLP
-boundary), G group means J̄ + 2 % noise in float32, the group sizes of 1000 windows × 127 non-BOS tokens.
-The GEMM rates and the LAPACK calls the jobs spend their time in are timed too, so that readers can scale the
-numbers to their node. Threads: the BLAS default (every core; the jobs do not pin numpy's threads).
-Writes bench/results/long_jobs.json and long_jobs.md.
+Matrices (``attention_boundary``, ``boundary``): an attention J̄ of grouped-query rank d/4 (Llama-3.1-8B:
+n_kv·d_head = 1024), its group means A(B + 2 % noise) plus a noise floor shared by the groups (``ATTN_FLOOR`` of
+‖J̄‖_F beyond the rank, as SmolLM2-135M's attention J̄ carry) in float32; an MLP J̄ = 0.5·Gaussian/√d (spectral
+norm ≈ 1) plus a rank-32 part of norm ≈ 1 (full rank, non-normal: its Henrici departure is reported), its group
+means J̄ + 2 % noise in float32; the group sizes of 1000 windows × 127 non-BOS tokens. The GEMM rates and the
+LAPACK calls the jobs spend their time in are timed too, so that readers can scale the numbers to their node.
+Threads: the BLAS default (every core; the jobs do not pin numpy's threads). Writes bench/results/long_jobs.json
+and long_jobs.md: per-checkpoint CPU-hours with the config's fan-out, and the critical path of one checkpoint on
+64 concurrent jobs (``critical_path``: a list schedule of the jobs with the workflow's priorities) for the
+config's spectra.boundaries_per_job and spectra.chain_segments and the alternatives (``fanout_alternatives``).
 
-    OMP_WAIT_POLICY=PASSIVE python bench/bench_long_jobs.py [--d 4096] [--small-d 2048] [--schur-dims 1024 2048]
-        [--device cpu|cuda] [--out DIR]
+    OMP_WAIT_POLICY=PASSIVE python bench/bench_long_jobs.py [--d 4096] [--small-d 2048] [--jobs ...] [--merge]
+        [--device cpu|cuda] [--out DIR] [--render]
+
+``--merge`` keeps the results of the jobs not run from the existing long_jobs.json (same config and d), so that
+the bench runs in parts (e.g. ``--jobs schur_chains`` first, then ``--jobs rates spectra cumulative convergence
+topology --merge``); each part's load averages are recorded (``machine.runs``). ``--jobs schur_advance`` (alone)
+times only the advance-only chain steps again and merges them; ``--render`` recomputes the totals, the critical
+path and the alternatives from long_jobs.json with the config's fan-out and RATES as they are now.
 
 ``--device cuda`` times the same functions on a GPU (each computes through torch on the device it is given, as a
 job does with ``workflow.job_device``): bench/gpu_check.sh runs it at d = 4096, one boundary per stage, and the
 summary's per-checkpoint hours then project a whole checkpoint's spectral work on that GPU.
-
-``--jobs schur_advance`` (alone) times only the advance-only chain step per cost class at --d (what a chain
-segment's job runs through the depths before its own: spectra.chain_segments) and merges it into the existing
-long_jobs.json, then renders it; ``--render`` recomputes the totals and the critical path with the config's
-spectra.chain_segments (read from the config file at render time).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import sys
@@ -59,14 +72,30 @@ from bench_topology import synthetic_states  # noqa: E402  (the signed factor mo
 from shapes import machine_info  # noqa: E402  (bench/shapes.py)
 
 from layergeom import config as lgconfig  # noqa: E402
+from layergeom import resources as R  # noqa: E402
 from layergeom.names import boundaries_for  # noqa: E402
 from layergeom.spectral import intervals, pipeline  # noqa: E402
 from layergeom.spectral.convergence import VARIANTS  # noqa: E402
 from layergeom.spectral.cumulative import ProductChain, cumulative_rows, step_operator, tangent_floor  # noqa: E402
 from layergeom.spectral.linear import metric_replicates, spectra_intervals  # noqa: E402
-from layergeom.spectral.schur import BoundaryStep, prepare_boundary, schur_surgery, step_chain, wants_interval  # noqa: E402
-from layergeom.spectral.settings import schur_alphas, schur_chains  # noqa: E402
-from layergeom.spectral.spectra import decompose, eigenvalue_frame, rank_tolerance, spectra_row, spectral_metrics  # noqa: E402
+from layergeom.spectral.schur import (  # noqa: E402
+    BoundaryStep,
+    SchurTangent,
+    SurgeryBoundary,
+    prepare_boundary,
+    schur_surgery,
+    step_chain,
+    wants_interval,
+)
+from layergeom.spectral.settings import schur_alphas, schur_chains, schur_order_alphas  # noqa: E402
+from layergeom.spectral.spectra import (  # noqa: E402
+    decompose,
+    eigenvalue_frame,
+    henrici_departure,
+    rank_tolerance,
+    spectra_row,
+    spectral_metrics,
+)
 from layergeom.topology.communities import boundary_topology  # noqa: E402
 from layergeom.topology.graphs import streamed_correlation  # noqa: E402
 
@@ -84,10 +113,77 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg} (load {load:.1f})", flush=True)
 
 
+class Seconds(float):
+    """Wall seconds of a timed call, with the process's CPU seconds in it (every thread: ``time.process_time``) as
+    ``cpu``. Sums, differences and scalings keep both, so that a result built from timings has a CPU twin
+    (``cpu_twin``): on a shared machine the wall time grows with the load, the CPU time far less."""
+
+    def __new__(cls, wall: float, cpu: float):
+        obj = super().__new__(cls, wall)
+        obj.cpu = float(cpu)
+        return obj
+
+    def __add__(self, other):
+        return Seconds(float(self) + float(other), self.cpu + getattr(other, "cpu", float(other)))
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return Seconds(float(self) - float(other), self.cpu - getattr(other, "cpu", float(other)))
+
+    def __mul__(self, k):
+        return Seconds(float(self) * float(k), self.cpu * float(k))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, k):
+        return Seconds(float(self) / float(k), self.cpu / float(k))
+
+
 def timed(fn, *args, **kwargs):
-    t = time.perf_counter()
+    """(fn's result, its ``Seconds``)."""
+    t, c = time.perf_counter(), time.process_time()
     out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t
+    return out, Seconds(time.perf_counter() - t, time.process_time() - c)
+
+
+def mean(xs) -> Seconds | float:
+    """The mean of timings, keeping their CPU seconds."""
+    xs = list(xs)
+    return sum(xs[1:], xs[0]) / len(xs)
+
+
+def cpu_twin(tree):
+    """The CPU seconds of every ``Seconds`` in a results tree (dicts of timings), in the same shape; None where a
+    branch holds none."""
+    if isinstance(tree, Seconds):
+        return tree.cpu
+    if isinstance(tree, dict):
+        out = {k: cpu_twin(v) for k, v in tree.items() if k != "cpu"}
+        out = {k: v for k, v in out.items() if v is not None}
+        return out or None
+    return None
+
+
+def with_cpu(entry: dict) -> dict:
+    """A result entry with its CPU twin under ``cpu`` (kept through the JSON file, which stores plain floats)."""
+    twin = cpu_twin(entry)
+    return entry | ({"cpu": twin} if twin else {})
+
+
+def cpu_view(out: dict, threads: int) -> dict:
+    """long_jobs.json with every timing that has a CPU twin replaced by its CPU seconds / `threads`: the wall a
+    job would take on `threads` cores of its own with every thread busy (a lower bound; the measured wall on a
+    loaded machine an upper one)."""
+
+    def overlay(entry, twin):
+        if isinstance(entry, dict) and isinstance(twin, dict):
+            return {k: overlay(v, twin.get(k)) if k in twin else v for k, v in entry.items() if k != "cpu"}
+        return twin / threads if isinstance(twin, float | int) and not isinstance(twin, bool) else entry
+
+    res = {job: {d: overlay(e, e.get("cpu")) if isinstance(e, dict) and "cpu" in e else e for d, e in by_d.items()}
+           for job, by_d in out["results"].items() if job != "rates"}  # fmt: skip
+    return {**out, "results": res}
 
 
 # ---- synthetic J̄ and group means ----------------------------------------------------------------------
@@ -99,18 +195,64 @@ def group_counts(corpus: dict, spectra: dict) -> np.ndarray:
     return np.array([len(b) * (int(corpus["window_tokens"]) - 1) for b in blocks], dtype=np.int64)
 
 
+def weighted_mean(groups: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """J̄ (float64) from the float32 group means, weighted by their samples (as the Jacobian job writes it)."""
+    w = np.asarray(counts, dtype=np.float64) / np.sum(counts)
+    mean = np.zeros(groups.shape[1:], dtype=np.float64)
+    for g in range(len(groups)):
+        mean += w[g] * groups[g]
+    return mean
+
+
 def boundary(d: int, counts: np.ndarray, seed: int, rank: int = 32, noise: float = 0.02):
-    """(J̄ float64 (d, d), group means float32 (G, d, d)): a Gaussian bulk of spectral norm ≈ 1 plus a rank-`rank`
-    part of norm ≈ 1; each group mean is the bulk + low-rank matrix plus `noise` of the bulk; J̄ their weighted mean
-    (as the Jacobian job writes it)."""
+    """An MLP-like boundary, (J̄ float64 (d, d), group means float32 (G, d, d)): a Gaussian bulk of spectral norm
+    ≈ 1 plus a rank-`rank` part of norm ≈ 1 (full rank, non-normal: Henrici departure ≈ 0.7); each group mean is
+    the bulk + low-rank matrix plus `noise` of the bulk; J̄ their weighted mean."""
     rng = np.random.default_rng(seed)
     base = 0.5 * rng.standard_normal((d, d)) / np.sqrt(d)
     base += rng.standard_normal((d, rank)) @ rng.standard_normal((rank, d)) / d
     groups = np.empty((len(counts), d, d), dtype=np.float32)
     for g in range(len(counts)):
         groups[g] = base + noise * 0.5 * rng.standard_normal((d, d)) / np.sqrt(d)
-    mean = np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1)
-    return mean, groups
+    return weighted_mean(groups, counts), groups
+
+
+#: the noise floor of an attention J̄ beyond its grouped-query rank, as a fraction of ‖J̄‖_F: SmolLM2-135M's 30
+#: attention J̄ of the default run (results/smollm2-135m/trained/jacobians/L*.attn.npy, d = 576, rank 192) carry
+#: 1.1–2.4e-7 of their Frobenius norm in the singular values beyond their rank (the mean here; L0.attn 1.3e-7);
+#: a group mean carries the same share (float32 rounding of the Jacobians, common to the sample groups)
+ATTN_FLOOR = 1.7e-7
+
+
+def attention_boundary(d: int, counts: np.ndarray, seed: int, rank: int | None = None, floor: float = ATTN_FLOOR,
+                       noise: float = 0.02):  # fmt: skip
+    """An attention-like boundary of grouped-query rank r (default d/4: Llama-3.1-8B's n_kv·d_head = 1024 at
+    d = 4096), (J̄ float64, group means float32 (G, d, d), its description): each group mean A(B + `noise`·Ξ_g) + E
+    in float32, A (d, r) and B (r, d) Gaussian (‖AB‖_F = ½√r, Ξ_g of B's scale), E a Gaussian noise floor shared
+    by the groups whose part outside the rank is `floor` ‖AB‖_F; the description holds r, the floor and the share
+    of ‖J̄‖_F outside A's column space (the floor, and float32 storage)."""
+    r = int(rank or d // 4)
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((d, r)) / np.sqrt(d)
+    B = rng.standard_normal((r, d)) / np.sqrt(r)
+    A *= 0.5 * np.sqrt(r) / np.linalg.norm(A @ B)
+    fro = 0.5 * np.sqrt(r)
+    E = rng.standard_normal((d, d))
+    E *= floor * fro * np.sqrt(d / (d - r)) / np.linalg.norm(E)  # (d − r)/d of its square outside the rank
+    groups = np.empty((len(counts), d, d), dtype=np.float32)
+    for g in range(len(counts)):
+        groups[g] = A @ (B + noise * rng.standard_normal((r, d)) / np.sqrt(r)) + E
+    mean = weighted_mean(groups, counts)
+    Qa, _ = np.linalg.qr(A)
+    tail = float(np.linalg.norm(mean - Qa @ (Qa.T @ mean)) / np.linalg.norm(mean))
+    return mean, groups, {"rank": r, "floor": floor, "tail": tail}
+
+
+def boundary_kinds(d: int, counts: np.ndarray, floor: float = ATTN_FLOOR) -> dict:
+    """{"attention": (J̄, groups, description), "mlp": (J̄, groups, description)} at width d (seeds 0 and 1)."""
+    J, groups, info = attention_boundary(d, counts, seed=0, floor=floor)
+    Jm, gm = boundary(d, counts, seed=1)
+    return {"attention": (J, groups, info), "mlp": (Jm, gm, {"rank": d})}
 
 
 # ---- the machine: GEMM rates and the LAPACK calls of the jobs --------------------------------------------
@@ -135,7 +277,7 @@ def rates(d: int, repeats: int = 3) -> dict:
 
 
 # ---- the jobs, one boundary each ---------------------------------------------------------------------------
-def bench_spectra(J, groups, counts, cfg, device: str = "cpu") -> dict:
+def bench_spectra_one(J, groups, counts, cfg, name: str, device: str = "cpu") -> dict:
     """write_spectra's work on one boundary: deviations, decomposition, metrics and linearised replicates."""
     d = J.shape[0]
     reps = intervals.replicates(counts, cfg["ci_blocks"])
@@ -145,31 +287,65 @@ def bench_spectra(J, groups, counts, cfg, device: str = "cpu") -> dict:
     dec, t["decompose_s"] = timed(decompose, J, device=device)
 
     def row_with_intervals():  # as write_spectra: the row, then its intervals
-        row, _ = spectra_row("L0.mlp", J, int(counts.sum()), sr_k=cfg["sr_k"], tol=tol, dec=dec, device=device)
+        row, _ = spectra_row(name, J, int(counts.sum()), sr_k=cfg["sr_k"], tol=tol, dec=dec, device=device)
         return row | spectra_intervals(J, dec, row, D, reps.weights, tol=tol, ci_level=cfg["ci_level"],
                                        ci_method=cfg["ci_method"], device=device)  # fmt: skip
 
     row, t["metrics_and_replicates_s"] = timed(row_with_intervals)
-    _, t["eigenvalue_frame_s"] = timed(eigenvalue_frame, "L0.mlp", dec, tol)
+    _, t["eigenvalue_frame_s"] = timed(eigenvalue_frame, name, dec, tol)
     t["boundary_s"] = t["deviations_s"] + t["decompose_s"] + t["metrics_and_replicates_s"] + t["eigenvalue_frame_s"]
     t["henrici"] = row["henrici"]  # < 0.1 would make each replicate's Henrici departure an exact eigvals
     return t
 
 
-def bench_cumulative(bounds, counts, cfg, device: str = "cpu") -> dict:
-    """cumulative_rows (both variants, with intervals) on two boundaries; the second one timed."""
+SPECTRA_PARTS = ("deviations_s", "decompose_s", "metrics_and_replicates_s", "eigenvalue_frame_s", "boundary_s")
+
+
+def bench_spectra(kinds: dict, counts, cfg, device: str = "cpu") -> dict:
+    """``bench_spectra_one`` on each kind of boundary (attention, MLP); the parts' means (the blocks alternate the
+    kinds), each kind's own under ``by_kind``."""
+    by_kind = {}
+    for kind, (J, groups, _) in kinds.items():
+        by_kind[kind] = bench_spectra_one(J, groups, counts, cfg, f"L0.{kind}", device)
+        log(f"spectra d={J.shape[0]} {kind}: {by_kind[kind]}")
+    parts = {k: mean(t[k] for t in by_kind.values()) for k in SPECTRA_PARTS}
+    return with_cpu({"K": next(iter(by_kind.values()))["K"], **parts, "by_kind": by_kind})
+
+
+#: the boundaries a product chain is timed through, in depth order (the blocks of Llama-3.1-8B and OLMo-3-7B
+#: alternate them). The `update` products of a real chain are numerically low rank only after the second
+#: attention boundary: SmolLM2-135M's first attention J̄ carries a float32 noise floor (``ATTN_FLOOR``) beyond
+#: its rank whose share of the entropy is above what ``linalg.certified_svd`` may leave out, so depths 1 and 2
+#: take the full SVD; the next attention boundary multiplies that floor by ~1e-7 and depths 3 onwards take the
+#: certified low-rank route. The 4th depth's step is that of the chain's remaining depths.
+CHAIN_DEPTHS = ("attention", "mlp", "attention", "mlp")
+
+
+def bench_cumulative(kinds: dict, counts, cfg, device: str = "cpu") -> dict:
+    """``cumulative_rows`` of one variant at a time (a ``spectra_cumulative_variant`` job) through ``CHAIN_DEPTHS``,
+    the last boundary timed (``variant_s``, with the replicates' deviations that each variant's job forms,
+    timed apart: ``deviations_s``). The one job's boundary (both variants) forms the deviations once."""
     reps = intervals.replicates(counts, cfg["ci_blocks"])
-    marks = []
+    out = {"K": reps.K, "variant_s": {}, "deviations_s": {}}
 
-    def steps():  # as write_cumulative: the deviations computed as the boundary is read
-        for i, (J, groups) in enumerate(bounds):
-            marks.append(time.perf_counter())
-            yield f"L{i}.mlp", J, intervals.deviations(J, groups, counts, reps)
+    def steps(marks: list, dev: list):  # as write_cumulative: the deviations computed as the boundary is read
+        for i, kind in enumerate(CHAIN_DEPTHS):
+            J, groups, _ = kinds[kind]
+            marks.append(Seconds(time.perf_counter(), time.process_time()))
+            D, t = timed(intervals.deviations, J, groups, counts, reps)
+            dev.append(t)
+            yield f"L{i}.{kind}", J, D
 
-    _, total = timed(cumulative_rows, steps(), VARIANTS, weights=reps.weights, ci_level=cfg["ci_level"],
-                     device=device)  # fmt: skip
-    end = marks[0] + total
-    return {"K": reps.K, "boundary1_s": marks[1] - marks[0], "boundary_s": end - marks[1]}
+    for v in VARIANTS:
+        marks, dev = [], []
+        _, total = timed(cumulative_rows, steps(marks, dev), [v], weights=reps.weights, ci_level=cfg["ci_level"],
+                         device=device)  # fmt: skip
+        out["variant_s"][v] = marks[0] + total - marks[-1]
+        out["deviations_s"][v] = dev[-1]
+        log(f"cumulative {v}: {out['variant_s'][v]:.1f} s at depth {len(CHAIN_DEPTHS)} (deviations {dev[-1]:.1f} s)")
+    dev = mean(out["deviations_s"].values())
+    out["boundary_s"] = dev + sum(out["variant_s"][v] - out["deviations_s"][v] for v in VARIANTS)
+    return with_cpu(out)
 
 
 class _Timestamped(dict):
@@ -185,7 +361,8 @@ class _Timestamped(dict):
 
 
 def bench_schur(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
-    """schur_surgery with the config's α, Schur blocks and controls on two boundaries; the second one timed."""
+    """schur_surgery (the single job) with the config's α, orders, Schur blocks and controls on two boundaries; the
+    second one timed."""
     d = bounds[0][0].shape[0]
     reps = intervals.replicates(counts, cfg["schur_ci_blocks"]) if cfg["schur_ci_blocks"] else None
     names = [f"L{i}.mlp" for i in range(len(bounds))]
@@ -202,130 +379,173 @@ def bench_schur(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
         jac, alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"], tol=rank_tolerance(d, cfg["dtype"], cfg["rank_tol"]),
         boundary_metrics=cfg["schur_boundary_metrics"], orders=cfg["schur_orders"], deviations=devs,
         weights=None if reps is None else reps.weights, ci_level=cfg["ci_level"], ci_controls=cfg["schur_ci_controls"],
-        device=device,
+        order_alphas=cfg["schur_order_alphas"], device=device,
     )  # fmt: skip
     end = time.perf_counter()
     b2 = jac.read_at[names[1]]
     return {"d": d, "K": 0 if reps is None else reps.K, "boundary1_s": b2 - t0, "boundary_s": end - b2}
 
 
-def chain_class(chain: tuple, ci_controls, intervals: bool) -> str:
-    """The cost class of one Schur chain (``settings.schur_chains``): ``order`` (a reordered normal part and a
-    product per α < 1, singular values only), ``real`` (J̄ itself: real products, tangents when intervals are on),
-    ``tangents`` (a complex J(α) with its replicates' tangents: products, a full SVD) or ``plain`` (a complex
-    J(α) without tangents: a product and singular values)."""
-    if chain[0] == "order":
-        return "order"
-    _, _, alpha, control = chain
-    if alpha == 1 and control == "none":
-        return "real"
-    return "tangents" if intervals and wants_interval(alpha, control, set(ci_controls)) else "plain"
+# ---- the Schur surgery as its fanned-out jobs take it ---------------------------------------------------------
+def chain_step_input(prep, J, groups, counts, reps, chain: tuple, cfg: dict) -> BoundaryStep:
+    """What a chain job reads at one depth (``pipeline.write_schur_chain``): a SurgeryBoundary rebuilt from the
+    prep's arrays (the Schur form; R' for a random control: nothing cached by another chain), the tangents the
+    chain reads (δJ₀, δ‖N‖/‖N‖ and a random control's δR'), the replicates' deviations Δ_k where it carries an
+    interval (formed from the group means, as the job does) and an order's eigenvectors Y."""
+    ci = set(cfg["schur_ci_controls"])
+    b, tan, run = prep.boundary, prep.tangent, chain[0] == "run"
+    needs_D = reps is not None and run and wants_interval(chain[2], chain[3], ci)
+    random = run and chain[3] == "random"
+    fresh = SurgeryBoundary(J=b.J, form=b.form, seed=b.seed, index=b.index, Rr=b.R_rand if random else None)
+    t = None
+    if needs_D and chain[2:] != (1.0, "none"):
+        t = SchurTangent(W=None, dlam=None, dJ0=tan.dJ0, dnorm_rel=tan.dnorm_rel, dRr=tan.dRr if random else None)
+    D = intervals.deviations(J, groups, counts, reps) if needs_D else None
+    return BoundaryStep(fresh, t, D, prep.Y if chain[0] == "order" else None, int(cfg["schur_orders"]), ci)
 
 
-def bench_schur_chains(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
-    """The fanned-out Schur surgery's steps at the bench width, one boundary each: ``prepare_boundary`` (the prep
-    job's per-boundary work) and one step of a chain of every cost class (``chain_class``) as a chain job takes it
-    (its operator formed for it alone), the second boundary timed. Per boundary of one job: prep + Σ_class
-    (chains of the class × its step)."""
-    d = bounds[0][0].shape[0]
+def bench_schur_chains(kinds: dict, counts, cfg, seed: int, device: str = "cpu", steps: bool = True) -> dict:
+    """The fanned-out Schur surgery's work per boundary at the bench width: ``prepare_boundary`` on each kind of
+    boundary (``prep_s``: their mean), and per cost class (``resources.schur_chain_class``) its first chain of
+    ``schur_chains`` through ``CHAIN_DEPTHS`` as a chain job takes it (``chain_step_input``): advance-only at
+    depths 1–3 (depths 2 and 3 timed: ``advance_s`` per ``schur_chain_base``, the mean over the variants), then
+    (`steps`) a full step at depth 4 (``step_s``, its products' singular-value routes in ``routes``; an order's
+    split in ``order_s``: J₀^π, and per α each variant's products and singular values). Per boundary of one
+    job: prep + Σ_class (chains of the class × its step)."""
+    d = next(iter(kinds.values()))[0].shape[0]
     reps = intervals.replicates(counts, cfg["schur_ci_blocks"]) if cfg["schur_ci_blocks"] else None
     tol = rank_tolerance(d, cfg["dtype"], cfg["rank_tol"])
     alphas, orders = schur_alphas(cfg["alphas"]), int(cfg["schur_orders"])
-    plan = schur_chains(alphas, orders)
+    spread = schur_order_alphas(alphas, cfg["schur_order_alphas"])
     ci = cfg["schur_ci_controls"]
-    counts_by_class = {}
-    for ch in plan:
-        counts_by_class[chain_class(ch, ci, reps is not None)] = (
-            counts_by_class.get(chain_class(ch, ci, reps is not None), 0) + 1
-        )
-    example = {}
-    for ch in plan:  # the first chain of each class, update variant
-        example.setdefault(chain_class(ch, ci, reps is not None), ch)
-    preps, Ds, prep_s = [], [], 0.0
-    for bi, (J, groups) in enumerate(bounds):
+    count, example = {}, {}
+    for ch in schur_chains(alphas, orders, order_alphas=spread):
+        cls = R.schur_chain_class(cfg, ch)
+        count[cls] = count.get(cls, 0) + 1
+        example.setdefault(cls, ch)
+    out = {"d": d, "K": 0 if reps is None else reps.K, "order_alphas": spread, "depths": list(CHAIN_DEPTHS),
+           "chains": count, "examples": {c: list(ch) for c, ch in example.items()}, "boundaries": {}}  # fmt: skip
+    preps = {}
+    for i, (kind, (J, groups, info)) in enumerate(kinds.items()):
         D = None if reps is None else intervals.deviations(J, groups, counts, reps)
-        prep, t = timed(prepare_boundary, f"L{bi}.mlp", J, D, index=bi, seed=seed, tol=tol, sr_k=cfg["sr_k"],
-                        alphas=alphas, boundary_metrics=cfg["schur_boundary_metrics"], orders=orders,
-                        ci_controls=ci, device=device)  # fmt: skip
-        preps.append(prep)
-        Ds.append(D)
-        prep_s = t
-        log(f"schur prep d={d} boundary {bi + 1}: {t:.1f} s")
-    step_s = {}
+        preps[kind], t = timed(prepare_boundary, f"L0.{kind}", J, D, index=i, seed=seed, tol=tol, sr_k=cfg["sr_k"],
+                               alphas=alphas, boundary_metrics=cfg["schur_boundary_metrics"], orders=orders,
+                               ci_controls=ci, order_alphas=spread, device=device)  # fmt: skip
+        del D
+        form = preps[kind].boundary.form
+        out["boundaries"][kind] = {**info, "prep_s": t, "henrici": henrici_departure(J, form.lam),
+                                   "n_nonzero": int(form.n_nonzero)}  # fmt: skip
+        log(f"schur prep d={d} {kind}: {t:.1f} s, {out['boundaries'][kind]}")
+    out["prep_s"] = mean(b["prep_s"] for b in out["boundaries"].values())
+    kw = {"alphas": alphas, "weights": None if reps is None else reps.weights, "ci_level": cfg["ci_level"],
+          "device": device, "order_alphas": spread}  # fmt: skip
+
+    def at(depth: int, ch: tuple):
+        kind = CHAIN_DEPTHS[depth - 1]
+        J, groups, _ = kinds[kind]
+        return chain_step_input(preps[kind], J, groups, counts, reps, ch, cfg)
+
+    def step_at(depth: int, ch: tuple, chains: dict, advance: bool):  # a chain job's depth: its input, its step
+        return step_chain(ch, chains, at(depth, ch), advance=advance, **kw)
+
+    advance, step_s, routes = {}, {}, {}
     for cls, ch in example.items():
         chains = {}
-        for bi, prep in enumerate(preps):
-            st = BoundaryStep(prep.boundary, prep.tangent, Ds[bi], prep.Y, orders, ci)
-            _, t = timed(step_chain, ch, chains, st, alphas=alphas, weights=None if reps is None else reps.weights,
-                         ci_level=cfg["ci_level"], device=device)  # fmt: skip
-        step_s[cls] = t
-        log(f"schur chain step d={d} {cls} ({ch}): {t:.1f} s")
-    boundary_s = prep_s + sum(counts_by_class[c] * step_s[c] for c in step_s)
-    return {"d": d, "K": 0 if reps is None else reps.K, "prep_s": prep_s, "step_s": step_s,
-            "chains": counts_by_class, "boundary_s": boundary_s}  # fmt: skip
+        for depth in range(1, len(CHAIN_DEPTHS)):  # the prefix: products only
+            _, t = timed(step_at, depth, ch, chains, True)
+            if depth > 1:  # the first depth copies M: no product
+                advance.setdefault(R.schur_chain_base(cfg, ch), []).append(t)
+        log(f"schur chain advance d={d} {cls} ({ch}): {advance[R.schur_chain_base(cfg, ch)][-2:]} s")
+        if not steps:
+            continue
+        last = len(CHAIN_DEPTHS)
+        if ch[0] == "order":  # J₀^π, then each variant's products and singular values at every α
+            st, t_in = timed(at, last, ch)
+            _, t_basis = timed(st.order_normal_part, ch[1])
+            parts = {"basis": t_in + t_basis}
+            for v in VARIANTS:
+                _, parts[v] = timed(step_chain, ch, chains, st, variants=[v], **kw)
+            out["order_s"] = {"basis": parts["basis"], **{v: parts[v] / max(1, len(spread)) for v in VARIANTS}}
+            step_s[cls] = sum(parts.values())
+        else:
+            _, step_s[cls] = timed(step_at, last, ch, chains, False)
+        routes[cls] = {"/".join(map(str, key)): dict(c.routes) for key, c in chains.items()}
+        log(f"schur chain step d={d} {cls} ({ch}): {step_s[cls]:.1f} s, routes {routes[cls]}")
+    out["advance_s"] = {base: mean(ts) for base, ts in advance.items()}
+    if steps:
+        out |= {"step_s": step_s, "routes": routes,
+                "boundary_s": out["prep_s"] + sum(count[c] * step_s[c] for c in step_s)}  # fmt: skip
+    return with_cpu(out)
 
 
-def bench_schur_advance(bound, counts, cfg, seed: int, device: str = "cpu") -> dict:
-    """The advance-only step of a chain of every cost class (``chain_class``) at the bench width: what a chain
-    segment's job runs through the depths before its own (``step_chain(..., advance=True)``: the operator and
-    its tangents formed as for a step, the products, no SVD). One boundary is prepared (``prepare_boundary``)
-    and advanced twice, as a chain job takes it (a BoundaryStep per depth), the second timed (the first copies
-    M: no product). Seconds per class (an order's: all its α < 1), as ``bench_schur_chains``' ``step_s``."""
-    J, groups = bound
-    d = J.shape[0]
-    reps = intervals.replicates(counts, cfg["schur_ci_blocks"]) if cfg["schur_ci_blocks"] else None
-    tol = rank_tolerance(d, cfg["dtype"], cfg["rank_tol"])
-    alphas, orders = schur_alphas(cfg["alphas"]), int(cfg["schur_orders"])
-    ci = cfg["schur_ci_controls"]
-    example = {}
-    for ch in schur_chains(alphas, orders):  # the first chain of each class, update variant
-        example.setdefault(chain_class(ch, ci, reps is not None), ch)
-    D = None if reps is None else intervals.deviations(J, groups, counts, reps)
-    prep, t = timed(prepare_boundary, "L0.mlp", J, D, index=0, seed=seed, tol=tol, sr_k=cfg["sr_k"], alphas=alphas,
-                    boundary_metrics=cfg["schur_boundary_metrics"], orders=orders, ci_controls=ci,
-                    device=device)  # fmt: skip
-    log(f"schur prep d={d} (for the advance steps): {t:.1f} s")
-    advance_s = {}
-    for cls, ch in example.items():
-        chains = {}
-        for _ in range(2):
-            st = BoundaryStep(prep.boundary, prep.tangent, D, prep.Y, orders, ci)
-            _, t = timed(step_chain, ch, chains, st, alphas=alphas, weights=None if reps is None else reps.weights,
-                         ci_level=cfg["ci_level"], device=device, advance=True)  # fmt: skip
-            del st
-        advance_s[cls] = t
-        log(f"schur chain advance d={d} {cls} ({ch}): {t:.1f} s")
-    return {"d": d, "K": 0 if reps is None else reps.K, "advance_s": advance_s,
-            "load_average_at_end": os.getloadavg()}  # fmt: skip
+# ---- one checkpoint fanned out: its jobs on `concurrent` slots ------------------------------------------------
+def config_chain_segments(out: dict, segments: int | None = None) -> tuple[int, list[tuple[str, str, tuple[int, int]]]]:
+    """(spectra.chain_segments of the bench's config file for the first model, as read now, or `segments`; and
+    (class, base, (start, end)) of every chain job it makes: ``resources.schur_chain_segments``, the workflow's
+    bounds, with RATES as they are now)."""
+    spectra = config_spectra(out)
+    S = int(spectra.get("chain_segments") or 1) if segments is None else int(segments)
+    spectra = spectra | {"chain_segments": S}
+    B = out["models"][MODELS[0]]["boundaries"]
+    plan = schur_chains(spectra["alphas"], spectra["schur_orders"], order_alphas=spectra["schur_order_alphas"])
+    jobs = [(R.schur_chain_class(spectra, ch), R.schur_chain_base(spectra, ch), seg)
+            for ch in plan for seg in R.schur_chain_segments(B, spectra, ch)]  # fmt: skip
+    return S, jobs
 
 
-def chain_segment_jobs(chains: dict, n_boundaries: int, segments: list[tuple[str, tuple[int, int]]]) -> list[float]:
-    """Seconds of each Schur chain job at the measured speeds: per chain (its class) and segment (start, end) of
-    ``resources.schur_chain_segments`` (one segment (0, B) without spectra.chain_segments), the advance-only
-    step (``advance_s``) × start + the class's full step × (end − start)."""
+def config_spectra(out: dict) -> dict:
+    """The spectra section of the bench's config file for the first model (read now)."""
+    path = Path(out["config"]["file"])
+    config = lgconfig.load(path if path.is_absolute() else ROOT / path)
+    return lgconfig.model_section(config, MODELS[0], "spectra")
+
+
+def chain_segment_jobs(chains: dict, segments: list[tuple[str, str, tuple[int, int]]]) -> list[float]:
+    """Seconds of each Schur chain job at the measured speeds: per chain job (class, base, (start, end)) of
+    ``config_chain_segments``, the advance-only step of its base (``advance_s``) × start + its class's full step
+    × (end − start)."""
     adv = chains.get("advance_s", {})
     out = []
-    for cls, (start, end) in segments:
-        if start and cls not in adv:
-            raise SystemExit(f"no advance-only timing of the {cls} chains: run --jobs schur_advance first")
-        out.append(start * adv.get(cls, 0.0) + (end - start) * chains["step_s"][cls])
+    for cls, base, (start, end) in segments:
+        if start and base not in adv:
+            raise SystemExit(f"no advance-only timing of the {base} chains: run --jobs schur_chains first")
+        out.append(start * adv.get(base, 0.0) + (end - start) * chains["step_s"][cls])
     return out
 
 
-def chain_wave_s(
-    jobs: list[float], release: float, busy_until: list[float], concurrent: int, longest_first: bool = True
-) -> float:
-    """When the last Schur chain job ends: the jobs (seconds) start once the preps end (`release`), longest first
-    (their priority in the workflow; `longest_first` False: shortest first, the worst order), each on the slot
-    of `concurrent` that frees first; the jobs through depth hold their slots until `busy_until`."""
-    slots = sorted([max(release, t) for t in busy_until] + [release] * (concurrent - len(busy_until)))
-    end = release
-    for job in sorted(jobs, reverse=longest_first):
-        start = slots.pop(0)
-        end = max(end, start + job)
-        slots.append(start + job)
-        slots.sort()
-    return end
+def schedule_s(preps: list[float], others: list[float], chains: list[float], concurrent: int,
+               longest_first: bool = True) -> tuple[float, float]:  # fmt: skip
+    """(when the last job ends, when the last chain job ends): a list schedule of one checkpoint's fanned-out jobs
+    (seconds) on `concurrent` slots, each job on the slot that frees first, in the workflow's priorities: the
+    Schur preps first (every chain job waits on every prep: ``schur_prep_priority``), then the chain jobs once
+    the last prep has ended, longest first (``schur_chain_priority``; `longest_first` False: shortest first, the
+    worst order), ahead of the jobs of priority 0 (table parts, graph blocks, cumulative variants, convergence
+    sizes: here longest first), which take the slots the others leave."""
+    free = [0.0] * concurrent
+    preps, others = sorted(preps, reverse=True), sorted(others, reverse=True)
+    chains = sorted(chains, reverse=longest_first)
+    release = 0.0 if not preps else None  # the last prep's end, known once the last prep has started
+    end = chain_end = 0.0
+    while preps or others or chains:
+        t = heapq.heappop(free)
+        if preps:
+            job = preps.pop(0)
+            release = max(release or 0.0, t + job)
+        elif chains and (t >= release or not others):
+            t = max(t, release)
+            job = chains.pop(0)
+            chain_end = max(chain_end, t + job)
+        else:
+            job = others.pop(0)
+        heapq.heappush(free, t + job)
+        end = max(end, t + job)
+    return end, chain_end
+
+
+def first_wave_n(B: int, through: int, concurrent: int) -> int:
+    """The smallest spectra.boundaries_per_job whose jobs per block (table part, Schur prep, graph block: 3 per
+    block) and the jobs through depth fit in `concurrent` slots at once."""
+    return next((n for n in range(1, B + 1) if 3 * -(-B // n) + through <= concurrent), B)
 
 
 def critical_path(
@@ -334,75 +554,66 @@ def critical_path(
     n_boundaries: int,
     concurrent: int = 64,
     *,
-    cumulative_variant_s: float | None = None,
+    boundaries_per_job: int | None = None,
+    cumulative_variant_s: dict | None = None,
     convergence_sizes_s: dict | None = None,
-    chain_segments: list[tuple[str, tuple[int, int]]] | None = None,
+    chain_segments: list[tuple[str, str, tuple[int, int]]] | None = None,
 ) -> dict:
-    """Wall hours of one checkpoint's fanned-out analysis with `concurrent` jobs at this machine's speed, from
-    the measured per-boundary times. Two waves: first the jobs per block of n boundaries (table parts, Schur
-    preps, graph blocks) beside the cumulative jobs (one per variant) and the convergence jobs (one per subset
-    size), both through depth, then the Schur chain jobs (after the preps) while those run on. n
-    (``spectra.boundaries_per_job``) is the smallest block whose first wave fits in `concurrent` jobs; the
-    chain jobs take the slots as they free, longest first (more chain jobs than free slots: some wait). The
-    longest path is then the slowest of a table part, a graph block, a cumulative variant's job, a convergence
-    size's job, and the Schur preps followed by the chain jobs.
+    """Wall hours of one checkpoint's fanned-out analysis with `concurrent` jobs at this machine's speed, from the
+    measured per-boundary times: ``schedule_s`` of its jobs, with n = `boundaries_per_job` (None: ``first_wave_n``):
+    per block of n boundaries a table part, a Schur prep and a graph block; the cumulative table's job per variant
+    and the convergence table's per subset size, through depth; the Schur chain jobs after the preps
+    (`chain_segments`: (class, base, (start, end)) per chain job; default one job per chain of
+    ``chains["chains"]`` through every boundary). ``paths_hours``: each kind's longest job, and the end of the
+    last chain job.
 
-    ``cumulative_variant_s``: seconds per boundary of one variant's job (:func:`cumulative_variant_boundary_s`);
+    ``cumulative_variant_s``: seconds per boundary of each variant's job (:func:`cumulative_variant_boundary_s`);
     ``convergence_sizes_s``: seconds per checkpoint of each size's job (:func:`convergence_size_s`). Without
-    them (an old long_jobs.json) the two stay one job each, at the two-variant and all-sizes times.
-    ``chain_segments``: (class, (start, end)) per chain job (spectra.chain_segments: a chain's segments; default
-    one job per chain of ``chains["chains"]`` through every boundary)."""
+    them (an old long_jobs.json) the two stay one job each, at the two-variant and all-sizes times."""
     B = n_boundaries
     if chains is not None and chain_segments is None:
-        chain_segments = [(c, (0, B)) for c, k in chains["chains"].items() for _ in range(k)]
-    n_chains = 0 if chains is None else len(chain_segments)
-    n_variants = 1 if cumulative_variant_s is None else len(VARIANTS)
-    n_sizes = 1 if convergence_sizes_s is None else len(convergence_sizes_s)
-    through = n_variants + n_sizes  # the jobs through depth: in both waves
-    for n in range(1, B + 1):
-        if 3 * -(-B // n) + through <= concurrent:
-            break
+        chain_segments = [(c, None, (0, B)) for c, k in chains["chains"].items() for _ in range(k)]
     per = {job: s["boundary_s"] for job, s in summary.items()}
-    paths = {
-        "spectra_table_part": n * per.get("spectra_table", 0.0),
-        "topology_graph_block": n * per.get("topology_graph", 0.0),
-    }
-    if cumulative_variant_s is None:
-        paths["spectra_cumulative"] = B * per.get("spectra_cumulative", 0.0)
-        busy = [paths["spectra_cumulative"]]
-    else:
-        paths["spectra_cumulative_variant"] = B * cumulative_variant_s
-        busy = [paths["spectra_cumulative_variant"]] * n_variants
-    if convergence_sizes_s is None:
-        paths["spectra_convergence"] = B * per.get("spectra_convergence", 0.0)
-        busy += [paths["spectra_convergence"]]
-    else:
-        S = max(convergence_sizes_s, key=convergence_sizes_s.get)
-        paths[f"spectra_convergence_subset (S = {S})"] = convergence_sizes_s[S]
-        busy += list(convergence_sizes_s.values())
+    variants = cumulative_variant_s or {"": per.get("spectra_cumulative", 0.0)}
+    sizes = convergence_sizes_s or {"all": B * per.get("spectra_convergence", 0.0)}
+    through = len(variants) + len(sizes)
+    n = boundaries_per_job or first_wave_n(B, through, concurrent)
+    blocks = [min(n, B - i) for i in range(0, B, n)]
+    others = [b * per.get(job, 0.0) for job in ("spectra_table", "topology_graph") for b in blocks]
+    others += [B * s for s in variants.values()] + list(sizes.values())
+    paths = {"spectra_table_part": n * per.get("spectra_table", 0.0),
+             "topology_graph_block": n * per.get("topology_graph", 0.0)}  # fmt: skip
+    for v, s in variants.items():
+        paths[f"spectra_cumulative_variant ({v})" if v else "spectra_cumulative"] = B * s
+    S = max(sizes, key=sizes.get)
+    paths[f"spectra_convergence_subset (S = {S})" if S != "all" else "spectra_convergence"] = sizes[S]
+    preps, jobs = [], []
     if chains is not None:
-        jobs = chain_segment_jobs(chains, B, chain_segments)
-        paths["spectra_schur_prep + chain"] = chain_wave_s(jobs, n * chains["prep_s"], busy, concurrent)
-        unordered = chain_wave_s(jobs, n * chains["prep_s"], busy, concurrent, longest_first=False)
+        preps = [b * chains["prep_s"] for b in blocks]
+        jobs = chain_segment_jobs(chains, chain_segments)
+    end, chain_end = schedule_s(preps, others, jobs, concurrent)
+    if chains is not None:
+        paths["spectra_schur_prep + chain"] = chain_end
     hours = {k: v / 3600 for k, v in paths.items()}
-    out = {"boundaries_per_job": n, "jobs": 3 * -(-B // n) + n_chains + through, "chain_jobs": n_chains,
-           "paths_hours": hours, "hours": max(hours.values())}  # fmt: skip
+    out = {"boundaries_per_job": n, "jobs": 3 * len(blocks) + len(jobs) + through, "chain_jobs": len(jobs),
+           "paths_hours": hours, "hours": end / 3600}  # fmt: skip
     if chains is not None:  # the chain jobs started shortest first (what the priorities prevent)
-        out["hours_chains_shortest_first"] = max([*hours.values(), unordered / 3600])
+        out["hours_chains_shortest_first"] = schedule_s(preps, others, jobs, concurrent, longest_first=False)[0] / 3600
     return out
 
 
-def cumulative_variant_boundary_s(res: dict, d: int) -> float | None:
-    """Seconds per boundary of one variant's cumulative job: no per-variant measurement exists, so the measured
-    two-variant step less the replicates' deviations Δ (``spectra_table``'s, the same K at the same d: each
-    variant's job forms them again) is halved (two chains of identical cost: the same products, SVD and
-    tangents, on J̄ or I + J̄), and Δ added back."""
+def cumulative_variant_boundary_s(res: dict, d: int) -> dict | None:
+    """Seconds per boundary of each variant's cumulative job: measured (``bench_cumulative``'s ``variant_s``), or
+    for an older measurement of the two-variant step, half of it less the replicates' deviations (``spectra_table``'s,
+    the same K at the same d: each variant's job forms them again), the deviations added back."""
     cum = res.get("spectra_cumulative", {}).get(d)
     if cum is None:
         return None
+    if "variant_s" in cum:
+        return dict(cum["variant_s"])
     table = res.get("spectra_table", {}).get(d, {})
     dev = table.get("deviations_s", 0.0) if table.get("K") == cum["K"] else 0.0
-    return dev + (cum["boundary_s"] - dev) / 2
+    return {v: dev + (cum["boundary_s"] - dev) / 2 for v in VARIANTS}
 
 
 def convergence_size_s(conv: dict, n_boundaries: int, n_edge: int) -> dict:
@@ -410,54 +621,96 @@ def convergence_size_s(conv: dict, n_boundaries: int, n_edge: int) -> dict:
     return {S: convergence_checkpoint_s({**conv, "sizes": [S]}, n_boundaries, n_edge) for S in conv["sizes"]}
 
 
-def config_chain_segments(out: dict) -> tuple[int, list[tuple[str, tuple[int, int]]] | None]:
-    """(spectra.chain_segments of the bench's config file for the first model, as read now, and (class, (start,
-    end)) of every chain job it makes: ``resources.schur_chain_segments``, the workflow's bounds) ; (1, None)
-    without the key."""
-    from layergeom import resources as R
+def _path_inputs(out: dict, d: int) -> dict:
+    """The keyword arguments of ``critical_path`` from the measurements (cumulative variants, convergence sizes)."""
+    res, B = out["results"], out["models"][MODELS[0]]["boundaries"]
+    conv = res.get("spectra_convergence", {}).get(d)
+    sizes = None if conv is None else convergence_size_s(conv, B, int(out["config"]["convergence_boundaries"]))
+    return {"cumulative_variant_s": cumulative_variant_boundary_s(res, d), "convergence_sizes_s": sizes}
 
-    path = Path(out["config"]["file"])
-    config = lgconfig.load(path if path.is_absolute() else ROOT / path)
-    spectra = lgconfig.model_section(config, MODELS[0], "spectra")
-    S = int(spectra.get("chain_segments") or 1)
-    if S <= 1:
-        return 1, None
-    B = out["models"][MODELS[0]]["boundaries"]
-    ci = spectra["schur_ci_controls"]
-    jobs = [(chain_class(ch, ci, bool(spectra["schur_ci_blocks"])), seg)
-            for ch in schur_chains(spectra["alphas"], spectra["schur_orders"])
-            for seg in R.schur_chain_segments(B, spectra, ch)]  # fmt: skip
-    return S, jobs
+
+def prefix_hours(chains: dict, segments) -> float:
+    """CPU-hours of the chain segments' repeated prefix products (the advance-only steps before each start)."""
+    return sum(start * chains["advance_s"][base] for _, base, (start, _) in segments) / 3600
+
+
+#: the fan-outs ``fanout_alternatives`` compares: spectra.boundaries_per_job × spectra.chain_segments
+ALTERNATIVE_BLOCKS = (1, 2, 4, 8, 16)
+ALTERNATIVE_SEGMENTS = (1, 2, 3, 4, 6, 8)
+
+
+def fanout_alternatives(out: dict, d: int) -> list[dict]:
+    """The critical path on 64 concurrent jobs and the CPU-hours of the repeated prefix products for each
+    spectra.boundaries_per_job × spectra.chain_segments of ``ALTERNATIVE_*`` (the chain segments with RATES as they
+    are now), as ``critical_path`` schedules them: what papers.yaml's keys are chosen from."""
+    chains = out["results"]["spectra_schur_chains"][d]
+    B, rows = out["models"][MODELS[0]]["boundaries"], []
+    for S in ALTERNATIVE_SEGMENTS:
+        _, segments = config_chain_segments(out, S)
+        for n in ALTERNATIVE_BLOCKS:
+            cp = critical_path(out["summary"], chains, B, boundaries_per_job=n, chain_segments=segments,
+                               **_path_inputs(out, d))  # fmt: skip
+            rows.append({"boundaries_per_job": n, "chain_segments": S, "hours": cp["hours"], "jobs": cp["jobs"],
+                         "chain_jobs": cp["chain_jobs"], "prefix_cpu_hours": prefix_hours(chains, segments)})  # fmt: skip
+    return rows
+
+
+def checkpoint_totals(out: dict, d: int) -> dict:
+    """The per-checkpoint hours of the first model with the config's fan-out (the cumulative table as its variants'
+    jobs, the Schur chains as the config's spectra.chain_segments make them: the segments' repeated prefix products
+    count, ``spectra_schur_chain_prefixes``; ``total_one_job_per_chain`` without them), and the critical path of
+    the config's spectra.boundaries_per_job and chain segments (and with one job per chain), and the alternatives'."""
+    hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
+    res, B = out["results"], out["models"][MODELS[0]]["boundaries"]
+    variants = cumulative_variant_boundary_s(res, d)
+    if variants is not None and "variant_s" in res["spectra_cumulative"][d]:  # its variants' jobs, as fanned out
+        hours["spectra_cumulative"] = B * sum(variants.values()) / 3600
+    chains = res.get("spectra_schur_chains", {}).get(d)
+    if chains is not None and "step_s" not in chains:
+        chains = None  # advance-only timings alone
+    S, segments = config_chain_segments(out)
+    if chains is not None:
+        hours["spectra_schur_chain_prefixes"] = prefix_hours(chains, segments)
+    got = {"hours": hours | {"total": sum(hours.values())}}
+    if "spectra_schur_chain_prefixes" in hours:
+        got["hours"]["total_one_job_per_chain"] = sum(hours.values()) - hours["spectra_schur_chain_prefixes"]
+    n = config_spectra(out).get("boundaries_per_job")
+    kw = _path_inputs(out, d)
+    cp = critical_path(out["summary"], chains, B, boundaries_per_job=n, chain_segments=segments, **kw)
+    got["critical_path"] = cp | {"chain_segments": S}
+    if chains is not None and S > 1:
+        _, one = config_chain_segments(out, 1)
+        got["one_job_per_chain"] = critical_path(out["summary"], chains, B, boundaries_per_job=n,
+                                                 chain_segments=one, **kw)  # fmt: skip
+    if chains is not None:
+        got["alternatives"] = fanout_alternatives(out, d)
+    return got
 
 
 def totals(out: dict, d: int) -> None:
-    """The per-checkpoint CPU (or GPU) hours of the first model and the fanned-out critical path, into `out`,
-    with the config's spectra.chain_segments: the chain segments' repeated prefix products count in the hours
-    (``spectra_schur_chain_prefixes``; ``total_one_job_per_chain`` without them)."""
+    """``checkpoint_totals`` into `out`: at the measured wall times (``per_checkpoint_<cpu|gpu>_hours``,
+    ``critical_path_hours_64_jobs``, ``fanout_alternatives``), and on the CPU, where the timings carry their CPU
+    seconds, at those seconds over the machine's cores (``cpu_time``: the wall of a machine of these cores
+    with no other load, a lower bound; the measured wall on a loaded machine an upper one)."""
     kind = "cpu" if out.get("device", "cpu") == "cpu" else "gpu"
-    hours = {job: s["per_checkpoint_min"][MODELS[0]] / 60 for job, s in out["summary"].items()}
-    res, B = out["results"], out["models"][MODELS[0]]["boundaries"]
-    chains = res.get("spectra_schur_chains", {}).get(d)
-    S, segments = config_chain_segments(out)
-    if segments is not None and chains is not None and "advance_s" not in chains:
-        log(f"spectra.chain_segments: {S}, but no advance-only step was measured (--jobs schur_advance): the "
-            "critical path and the hours are those of one job per chain")  # fmt: skip
-        S, segments = 1, None
-    if chains is not None and segments is not None:
-        adv = chains["advance_s"]
-        hours["spectra_schur_chain_prefixes"] = sum(start * adv[cls] for cls, (start, _) in segments) / 3600
-    out[f"per_checkpoint_{kind}_hours"] = hours | {"total": sum(hours.values())}
-    if "spectra_schur_chain_prefixes" in hours:
-        out[f"per_checkpoint_{kind}_hours"]["total_one_job_per_chain"] = (
-            sum(hours.values()) - hours["spectra_schur_chain_prefixes"]
-        )
-    conv = res.get("spectra_convergence", {}).get(d)
-    sizes = None if conv is None else convergence_size_s(conv, B, int(out["config"]["convergence_boundaries"]))
-    kw = {"cumulative_variant_s": cumulative_variant_boundary_s(res, d), "convergence_sizes_s": sizes}
-    out["critical_path_hours_64_jobs"] = critical_path(out["summary"], chains, B, chain_segments=segments, **kw)
-    out["critical_path_hours_64_jobs"]["chain_segments"] = S
-    if segments is not None:
-        out["critical_path_hours_64_jobs_one_job_per_chain"] = critical_path(out["summary"], chains, B, **kw)
+    got = checkpoint_totals(out, d)
+    out[f"per_checkpoint_{kind}_hours"] = got["hours"]
+    out["critical_path_hours_64_jobs"] = got["critical_path"]
+    for key, part in (("critical_path_hours_64_jobs_one_job_per_chain", "one_job_per_chain"),
+                      ("fanout_alternatives", "alternatives")):  # fmt: skip
+        out.pop(key, None)
+        if part in got:
+            out[key] = got[part]
+    out.pop("cpu_time", None)
+    twins = [e for by_d in out["results"].values() for e in by_d.values() if isinstance(e, dict) and "cpu" in e]
+    if kind == "cpu" and twins:
+        c = out["config"]
+        view = cpu_view(out, out["machine"]["cpus"])
+        view["summary"] = summarise(view, d, c["config_tokens"], int(c["convergence_boundaries"]))
+        ideal = checkpoint_totals(view, d)
+        out["cpu_time"] = {"cores": out["machine"]["cpus"], "per_checkpoint_hours": ideal["hours"],
+                           "critical_path_hours_64_jobs": ideal["critical_path"],
+                           "fanout_alternatives": ideal.get("alternatives")}  # fmt: skip
 
 
 def convergence_step(
@@ -501,7 +754,7 @@ def bench_convergence(J, groups, counts, cfg, device: str = "cpu") -> dict:
         preps = intervals.replicates(sub, 4)
         Jp = np.tensordot(sub / sub.sum(), np.asarray(groups[:S], dtype=np.float64), axes=1)
         Dp = intervals.deviations(Jp, groups[:S], sub, preps)
-        chains = {v: ProductChain(0.0, device) for v in VARIANTS}
+        chains = {v: ProductChain(0.0, device, lowrank=v == "update") for v in VARIANTS}  # as convergence_rows
         for v, c in chains.items():
             c.advance(step_operator(Jp, v), Dp)
         return chains
@@ -516,7 +769,7 @@ def bench_convergence(J, groups, counts, cfg, device: str = "cpu") -> dict:
     _, final = timed(convergence_step, J, groups, counts, S, fresh_chains(S), cfg, edge=False, final=True,
                      device=device)  # fmt: skip
     out["final_extra_s"] = max(0.0, final - out["plain_s"][S])
-    return out
+    return with_cpu(out)
 
 
 def convergence_checkpoint_s(conv: dict, n_boundaries: int, n_edge: int, scale: float = 1.0) -> float:
@@ -539,8 +792,9 @@ def bench_topology(d: int, tokens: int, window_tokens: int, cfg: dict, seed: int
         topo, total = timed(boundary_topology, states, mask, cfg, seed, device=device)
         _, corr = timed(streamed_correlation, states, mask, cfg["chunk_tokens"], device=device)
         del states
-    return {"d": d, "tokens": tokens, "boundary_s": total, "correlation_s": corr,
-            "communities": topo.summary["n_communities"], "edges": topo.summary["n_edges_pos"] + topo.summary["n_edges_neg"]}  # fmt: skip
+    return with_cpu({"d": d, "tokens": tokens, "boundary_s": total, "correlation_s": corr,
+                     "communities": topo.summary["n_communities"],
+                     "edges": topo.summary["n_edges_pos"] + topo.summary["n_edges_neg"]})  # fmt: skip
 
 
 # ---- main ------------------------------------------------------------------------------------------------
@@ -550,15 +804,21 @@ def main():
     ap.add_argument("--d", type=int, default=4096, help="papers width (Llama-3.1-8B, OLMo-3-7B)")
     ap.add_argument("--small-d", type=int, default=2048, help="second width for the spectra and cumulative d-scaling")
     ap.add_argument("--schur-dims", type=int, nargs="+", default=[1024, 2048],
-                    help="widths of the Schur bench (the largest is extrapolated to --d as d³)")  # fmt: skip
+                    help="widths of the one-job Schur bench (--jobs schur)")  # fmt: skip
     ap.add_argument("--tokens", type=int, default=None, help="topology tokens (default windows × window_tokens)")
+    ap.add_argument("--attn-floor", type=float, default=ATTN_FLOOR,
+                    help="the attention J̄'s noise floor beyond its rank, a fraction of ‖J̄‖_F")  # fmt: skip
     ap.add_argument("--jobs", nargs="+",
                     default=["rates", "spectra", "cumulative", "schur_chains", "convergence", "topology"],
-                    help="schur_chains: the Schur prep and one chain step per cost class at --d (per boundary = prep "
-                         "+ the chains' steps); schur: whole boundaries of the one job at --schur-dims; "
-                         "schur_advance: the advance-only step per class at --d (a chain segment's prefix), with "
-                         "schur_chains beside its steps, alone merged into the existing long_jobs.json, which is "
-                         "then rendered")  # fmt: skip
+                    help="schur_chains: the Schur preps, and per cost class a chain's advance-only steps (a chain "
+                         "segment's prefix) and full step at --d; schur_advance (alone): the advance-only steps "
+                         "again, merged into the existing long_jobs.json, which is then rendered; schur: whole "
+                         "boundaries of the one job at --schur-dims")  # fmt: skip
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the existing long_jobs.json's results of the jobs not run (same config file and d)",
+    )
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--device", default="cpu", help="torch device of the spectral and topology functions (cpu, cuda)")
     ap.add_argument("--render", action="store_true", help="only rewrite long_jobs.md from long_jobs.json")
@@ -579,57 +839,74 @@ def main():
     models = {m: {"label": config["models"][m].get("label", m),
                   "boundaries": len(boundaries_for(config["models"][m]["family"], config["models"][m]["n_layers"])),
                   "checkpoints": len(config["models"][m]["checkpoints"])} for m in MODELS}  # fmt: skip
+    path = Path(args.out)
     out = {
         "machine": {**machine_info(os.cpu_count()), "cpus": os.cpu_count(), "numpy": np.__version__,
                     "scipy": scipy.__version__, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "unset"),
-                    "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
-                    "load_average_at_start": os.getloadavg()},  # fmt: skip
+                    "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"), "runs": []},  # fmt: skip
         "config": {"file": str(Path(args.config).relative_to(ROOT)) if Path(args.config).is_absolute() else args.config,
                    "group_counts": counts.tolist(), "tokens": tokens, "config_tokens": config_tokens,
-                   **{k: cfg[k] for k in ("n_groups", "ci_blocks", "ci_method", "sr_k", "alphas", "schur_ci_blocks",
-                                          "schur_ci_controls", "schur_boundary_metrics", "convergence_sizes",
-                                          "convergence_boundaries", "dtype")},
+                   **{k: cfg[k] for k in ("n_groups", "ci_blocks", "ci_method", "sr_k", "alphas", "schur_orders",
+                                          "schur_order_alphas", "schur_ci_blocks", "schur_ci_controls",
+                                          "schur_boundary_metrics", "convergence_sizes", "convergence_boundaries",
+                                          "dtype")},
+                   "attn_floor": args.attn_floor,
                    "topology": {k: tcfg[k] for k in ("top_k", "resolution", "resolution_sweep", "chunk_tokens")}},
         "d": args.d,
         "device": args.device,
         "models": models,
         "results": {},
     }  # fmt: skip
+    if args.merge and (path / "long_jobs.json").exists():
+        old = from_json(json.loads((path / "long_jobs.json").read_text()))
+        mismatch = [k for k in ("d", "device") if old.get(k) != out[k]]
+        mismatch += [k for k in out["config"] if k != "tokens" and old["config"].get(k) != out["config"][k]]
+        if mismatch:
+            raise SystemExit(f"--merge: long_jobs.json was measured with other {', '.join(mismatch)}; run without it")
+        out["results"] = old["results"]
+        out["machine"]["runs"] = old["machine"].get("runs", [])
     res = out["results"]
+    run = {
+        "jobs": list(args.jobs),
+        "started": time.strftime("%Y-%m-%d %H:%M"),
+        "load_average_at_start": os.getloadavg(),
+    }
     t_start = time.perf_counter()
-    log(f"start; group counts {counts.tolist()}")
+    LOAD_MAX[0] = 0.0
+    log(f"start {args.jobs}; group counts {counts.tolist()}")
+
+    def save():  # the raw results so far (a later part may fail)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
 
     if "rates" in args.jobs:
         res["rates"] = {d: rates(d) for d in sorted({args.small_d, args.d})}
         log(f"rates: {res['rates']}")
     big = {}
 
-    def mats(d, n=1):
-        key = (d, n)
-        if key not in big:
+    def mats(d):
+        if d not in big:
             big.clear()  # one width in memory at a time
-            big[key] = [boundary(d, counts, seed=i) for i in range(n)]
-        return big[key]
+            big[d] = boundary_kinds(d, counts, args.attn_floor)
+            log(f"boundaries d={d}: attention {big[d]['attention'][2]}")
+        return big[d]
 
-    if "spectra" in args.jobs or "cumulative" in args.jobs:
-        for d in sorted({args.small_d, args.d}):
-            bounds = mats(d, 2)
-            if "spectra" in args.jobs:
-                res.setdefault("spectra_table", {})[d] = bench_spectra(*bounds[0], counts, cfg, args.device)
-                log(f"spectra d={d}: {res['spectra_table'][d]}")
-            if "cumulative" in args.jobs:
-                res.setdefault("spectra_cumulative", {})[d] = bench_cumulative(bounds, counts, cfg, args.device)
-                log(f"cumulative d={d}: {res['spectra_cumulative'][d]}")
+    for d in sorted({args.small_d, args.d}) if {"spectra", "cumulative"} & set(args.jobs) else ():
+        if "spectra" in args.jobs:
+            res.setdefault("spectra_table", {})[d] = bench_spectra(mats(d), counts, cfg, args.device)
+            save()
+        if "cumulative" in args.jobs:
+            res.setdefault("spectra_cumulative", {})[d] = bench_cumulative(mats(d), counts, cfg, args.device)
+            log(f"cumulative d={d}: {res['spectra_cumulative'][d]}")
+            save()
     if "schur_chains" in args.jobs:
-        res["spectra_schur_chains"] = {args.d: bench_schur_chains(mats(args.d, 2), counts, cfg, seed, args.device)}
+        res["spectra_schur_chains"] = {args.d: bench_schur_chains(mats(args.d), counts, cfg, seed, args.device)}
         log(f"schur chains d={args.d}: {res['spectra_schur_chains'][args.d]}")
-        if "schur_advance" in args.jobs:  # beside the chain steps: what a chain segment's prefix costs
-            adv = bench_schur_advance(boundary(args.d, counts, seed=0), counts, cfg, seed, args.device)
-            res["spectra_schur_chains"][args.d]["advance_s"] = adv["advance_s"]
-            log(f"schur advance d={args.d}: {adv['advance_s']}")
+        save()
     if "convergence" in args.jobs:
-        J, groups = mats(args.d, 2)[0]
+        J, groups, _ = mats(args.d)["mlp"]
         res["spectra_convergence"] = {args.d: bench_convergence(J, groups, counts, cfg, args.device)}
+        save()
     big.clear()
     if "schur" in args.jobs:
         res["spectra_schur"] = {}
@@ -644,23 +921,22 @@ def main():
         }
         log(f"topology: {res['topology_graph']}")
     log("done")
-    out["machine"]["load_average_at_end"] = os.getloadavg()
-    out["machine"]["load_average_1min_max"] = LOAD_MAX[0]
-    out["wall_s"] = time.perf_counter() - t_start
+    run |= {"load_average_at_end": os.getloadavg(), "load_average_1min_max": LOAD_MAX[0],
+            "wall_s": time.perf_counter() - t_start}  # fmt: skip
+    out["machine"]["runs"].append(run)
+    save()
     out["summary"] = summarise(out, args.d, config_tokens, int(cfg["convergence_boundaries"]))
     totals(out, args.d)  # job -> hours for one Llama-3.1-8B checkpoint on this device, and the critical path
-    path = Path(args.out)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
+    save()
     md = markdown(out)
     (path / "long_jobs.md").write_text(md)
     print(md)
 
 
 def merge_schur_advance(args) -> None:
-    """``--jobs schur_advance``: time the advance-only chain steps (``bench_schur_advance``) at --d with the
-    config's settings, put them beside the chain steps of long_jobs.json (``spectra_schur_chains``, same d) and
-    render it again (``--render``)."""
+    """``--jobs schur_advance``: time the advance-only chain steps again (``bench_schur_chains`` without its
+    steps) at --d with the config's settings, put them beside the chain steps of long_jobs.json
+    (``spectra_schur_chains``, same d) and render it again (``--render``)."""
     path = Path(args.out)
     out = from_json(json.loads((path / "long_jobs.json").read_text()))
     if args.d not in out["results"].get("spectra_schur_chains", {}):
@@ -668,10 +944,16 @@ def merge_schur_advance(args) -> None:
     config = lgconfig.load(args.config)
     cfg = lgconfig.model_section(config, MODELS[0], "spectra")
     counts = group_counts(config["corpus"], cfg)
+    run = {"jobs": ["schur_advance"], "started": time.strftime("%Y-%m-%d %H:%M"),
+           "load_average_at_start": os.getloadavg()}  # fmt: skip
+    t_start = time.perf_counter()
     log(f"start (schur_advance at d = {args.d})")
-    adv = bench_schur_advance(boundary(args.d, counts, seed=0), counts, cfg, config["seed"], args.device)
-    out["results"]["spectra_schur_chains"][args.d] |= {"advance_s": adv["advance_s"], "advance_machine": {
-        "load_average_1min_max": LOAD_MAX[0], "load_average_at_end": adv["load_average_at_end"]}}  # fmt: skip
+    adv = bench_schur_chains(boundary_kinds(args.d, counts, out["config"].get("attn_floor", ATTN_FLOOR)), counts,
+                             cfg, config["seed"], args.device, steps=False)  # fmt: skip
+    out["results"]["spectra_schur_chains"][args.d]["advance_s"] = adv["advance_s"]
+    out["machine"].setdefault("runs", []).append(run | {"load_average_at_end": os.getloadavg(),
+                                                        "load_average_1min_max": LOAD_MAX[0],
+                                                        "wall_s": time.perf_counter() - t_start})  # fmt: skip
     (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
     log(f"schur advance d={args.d}: {adv['advance_s']}")
     args.render = True
@@ -679,9 +961,12 @@ def merge_schur_advance(args) -> None:
 
 
 def render(args) -> None:
-    """Rewrite long_jobs.md (and the derived totals of long_jobs.json) from long_jobs.json."""
+    """Rewrite long_jobs.md (and the derived summary, totals and critical paths of long_jobs.json) from
+    long_jobs.json."""
     path = Path(args.out)
     out = from_json(json.loads((path / "long_jobs.json").read_text()))
+    c = out["config"]
+    out["summary"] = summarise(out, out["d"], c["config_tokens"], int(c["convergence_boundaries"]))
     totals(out, out["d"])  # recomputed: the rule may have changed since the measurement
     (path / "long_jobs.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
     (path / "long_jobs.md").write_text(markdown(out))
@@ -731,12 +1016,13 @@ def from_json(out: dict) -> dict:
 
 
 def snapshot_gb(d: int, c: dict) -> dict:
-    """Bytes of one resume snapshot (the product chains: C and its tangents) per job, in GB, at width d.
+    """Bytes of one resume snapshot of the single jobs (the product chains: C and its tangents), in GB, at width d.
 
     cumulative: 2 variants × (C float64 + K float32 tangents); Schur, per variant: α = 1 with its own N real
     (float64 C, K float32 tangents), the other α of the own N complex (complex128 C, K complex64 tangents),
-    the random control without intervals (complex128 C only); convergence: per subset size (the boundary-outer loop
-    carries them all), 2 variants × (C + min(4, G) tangents).
+    the random control (complex128 C, and K complex64 tangents where it carries intervals), and a complex128 C per
+    random order and α of schur_order_alphas; convergence: per subset size (the boundary-outer loop carries them
+    all), 2 variants × (C + min(4, G) tangents).
     """
     K = c["n_groups"] if c["ci_blocks"] is None else min(c["ci_blocks"], c["n_groups"])
     Ks = min(c["schur_ci_blocks"], c["n_groups"])
@@ -745,18 +1031,73 @@ def snapshot_gb(d: int, c: dict) -> dict:
     schur = (8 + 4 * Ks) + (na - 1) * (16 + 8 * Ks) + sum(a != 0 for a in c["alphas"]) * 16
     if "random" in c["schur_ci_controls"]:
         schur += sum(a != 0 for a in c["alphas"]) * 8 * Ks
+    if "schur_orders" in c:
+        schur += int(c["schur_orders"]) * len(schur_order_alphas(c["alphas"], c["schur_order_alphas"])) * 16
     per = {"spectra_cumulative": 2 * (8 + 4 * K), "spectra_schur": 2 * schur,
            "spectra_convergence": n_sizes * 2 * (8 + 4 * min(4, c["n_groups"]))}  # fmt: skip
     return {job: b * d * d / 1e9 for job, b in per.items()}
 
 
+def _loads(runs: list[dict]) -> str:
+    """One phrase per bench run: its jobs, its load averages (1/5/15 min) at start and end, the highest 1-min."""
+    return "; ".join(
+        f"{', '.join(r['jobs'])} ({r['started']}, {r['wall_s'] / 60:.0f} min): load "
+        f"{'/'.join(f'{x:.1f}' for x in r['load_average_at_start'])} at the start, "
+        f"{'/'.join(f'{x:.1f}' for x in r['load_average_at_end'])} at the end, at most "
+        f"{r['load_average_1min_max']:.1f}"
+        for r in runs
+    )
+
+
+def _routes(routes: dict) -> str:
+    """The singular-value route of each product of a chain's timed step (an order's: both variants')."""
+    return ", ".join(
+        f"`{key.split('/')[0]}` {'certified low rank' if r.get('lowrank') else 'full SVD'}" for key, r in routes.items()
+    )
+
+
+def _alternatives_table(alts: list[dict]) -> list[str]:
+    """The fan-out alternatives as a table: spectra.boundaries_per_job by rows, spectra.chain_segments by columns."""
+    Ss = sorted({r["chain_segments"] for r in alts})
+    cell = {(r["boundaries_per_job"], r["chain_segments"]): r for r in alts}
+    best = min(alts, key=lambda r: (round(r["hours"], 2), r["prefix_cpu_hours"], r["jobs"]))
+    L = [
+        "| `boundaries_per_job` | " + " | ".join(f"`chain_segments: {S}`" for S in Ss) + " |",
+        "|---:|" + "---:|" * len(Ss),
+    ]
+    for n in sorted({r["boundaries_per_job"] for r in alts}):
+        cells = []
+        for S in Ss:
+            r = cell[n, S]
+            text = f"{r['hours']:.2f} h ({r['jobs']}; {r['prefix_cpu_hours']:.1f})"
+            cells.append(f"**{text}**" if r is best else text)
+        L.append(f"| {n} | " + " | ".join(cells) + " |")
+    return L
+
+
+def _cpu_time_text(out: dict) -> list[str]:
+    """The totals at the CPU time over the machine's cores (``totals``' ``cpu_time``), a line, or nothing."""
+    ct = out.get("cpu_time")
+    if not ct:
+        return []
+    h, cp = ct["per_checkpoint_hours"], ct["critical_path_hours_64_jobs"]
+    return [f"At the CPU seconds the timed calls took over the machine's {ct['cores']} cores (`cpu_time`: the same "
+            "work on these cores with no other load, a lower bound on its wall time, where the measured wall on a "
+            f"loaded machine is an upper one): **{h['total']:.1f} hours** per checkpoint"
+            + (f" ({h['spectra_schur_chain_prefixes']:.1f} h of repeated prefixes)"
+               if "spectra_schur_chain_prefixes" in h else "")
+            + f", and the last job of the fanned-out checkpoint ends after **{cp['hours']:.2f} h** on 64 "
+            "concurrent jobs.\n"]  # fmt: skip
+
+
 def markdown(out: dict) -> str:
     res, models, mach, c = out["results"], out["models"], out["machine"], out["config"]
     d = out["d"]
+    B = models[MODELS[0]]["boundaries"]
     per_model = ", ".join(f"{v['label']} {v['boundaries']}" for v in models.values())
-    la0, la1 = mach["load_average_at_start"], mach["load_average_at_end"]
-    totals = [
-        f"One {models[MODELS[0]]['label']} checkpoint: {v['total']:.1f} {k.split('_')[2].upper()}-hours "
+    sch = res.get("spectra_schur_chains", {}).get(d)
+    totals_text = [
+        f"One {models[MODELS[0]]['label']} checkpoint: **{v['total']:.1f} {k.split('_')[2].upper()}-hours** "
         f"(`{k}` in long_jobs.json)"
         + (f", of which {v['spectra_schur_chain_prefixes']:.1f} h the Schur chain segments' repeated prefix "
            f"products ({v['total_one_job_per_chain']:.1f} h with one job per chain)"
@@ -765,27 +1106,33 @@ def markdown(out: dict) -> str:
         for k, v in out.items()
         if k.startswith("per_checkpoint_") and k.endswith("_hours")
     ]  # fmt: skip
+    attn = (sch or {}).get("boundaries", {}).get("attention")
     L = [
         "# Long per-checkpoint jobs at papers scale (bench/bench_long_jobs.py)",
         "",
         f"One boundary of each job that loops over a checkpoint's boundaries, timed with the project's functions "
-        f"and the settings of `{c['file']}` on synthetic d×d J̄ (Gaussian bulk of spectral norm ≈ 1 plus a rank-32 "
-        f"part, full rank like an MLP boundary) with {c['n_groups']} float32 group means (J̄ + 2 % noise; group "
-        f"sizes {min(c['group_counts'])}–{max(c['group_counts'])} samples); topology on {c['tokens']:,} float32 "
-        f"activation rows (signed factor model as in bench_topology.py). Per checkpoint = per boundary × "
-        f"boundaries ({per_model}).",
+        f"and the settings of `{c['file']}` on synthetic d×d J̄ with {c['n_groups']} float32 group means (group "
+        f"sizes {min(c['group_counts'])}–{max(c['group_counts'])} samples): an attention J̄ of grouped-query rank "
+        f"d/4 (group means A(B + 2 % noise) plus a noise floor of {c.get('attn_floor', ATTN_FLOOR):.2g} of ‖J̄‖_F "
+        "beyond the rank, shared by the groups, as SmolLM2-135M's attention J̄ carry)"
+        + (f", measured {attn['tail']:.2g} outside its rank, {attn['n_nonzero']} non-zero modes" if attn else "")
+        + "; an MLP J̄, a Gaussian bulk of spectral norm ≈ 1 plus a rank-32 part (full rank, non-normal), group "
+        "means J̄ + 2 % noise. The tables, the cumulative chains and the Schur surgery are timed on both kinds "
+        f"(their mean per boundary; the blocks alternate them); topology on {c['tokens']:,} float32 activation "
+        f"rows (signed factor model as in bench_topology.py). Per checkpoint = per boundary × boundaries "
+        f"({per_model}).",
         "",
         f"Machine: {mach['cpus']} CPUs ({mach['processor']}), {mach['platform']}, numpy {mach['numpy']} "
         f"(OpenBLAS, default threads: every core), scipy {mach['scipy']}; OMP_WAIT_POLICY={mach['OMP_WAIT_POLICY']}. "
-        f"Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start, "
-        f"{la1[0]:.1f}/{la1[1]:.1f}/{la1[2]:.1f} at the end, at most {mach.get('load_average_1min_max', float('nan')):.1f} "
-        "(1 min) in between: the machine is shared, and a load above the CPU count inflates the times. "
-        f"Whole run {out['wall_s'] / 60:.0f} min.",
+        f"The bench ran in parts ({_loads(mach.get('runs', []))}): the machine is shared, and a load above the CPU "
+        "count inflates the times."
+        + "".join(f" `{job}` is carried over from {why}." for job, why in out.get("carried", {}).items()),
         "",
         f"## Per boundary (d = {d}) and per checkpoint, on these {mach['cpus']} cores"
         + (f" and the device `{out['device']}`" if out.get("device", "cpu") != "cpu" else ""),
         "",
-        *totals,
+        *totals_text,
+        *_cpu_time_text(out),
         f"Over {LIMIT_MIN:.0f} min per checkpoint (**bold**): the job must be resumable (or split) at papers scale.",
         "",
         "| job | s per boundary | measured at | "
@@ -798,78 +1145,89 @@ def markdown(out: dict) -> str:
         if job == "topology_graph" and s["measured_tokens"] != c["config_tokens"]:
             where += f", {s['measured_tokens']:,} tokens (correlation scaled to {c['config_tokens']:,})"
         if job == "spectra_convergence":
-            where += f", mean over {models[MODELS[0]]['boundaries']} boundaries × {len(res[job][d]['sizes'])} sizes"
+            where += f", mean over {B} boundaries × {len(res[job][d]['sizes'])} sizes"
         mins = [f"**{v:.0f}**" if s["over_limit"][m] else f"{v:.1f}" for m, v in s["per_checkpoint_min"].items()]
         L.append(f"| `{job}` | {s['boundary_s']:.0f} | {where} | " + " | ".join(mins) + " |")
     cp = out.get("critical_path_hours_64_jobs")
     if cp:
-        L += ["", f"Fanned out with 64 concurrent jobs (`spectra.boundaries_per_job: {cp['boundaries_per_job']}`, "
-              f"{cp['jobs']} jobs per {models[MODELS[0]]['label']} checkpoint), the longest path takes "
-              f"**{cp['hours']:.2f} h** at these per-boundary speeds (`critical_path_hours_64_jobs`): "
-              + ", ".join(f"{k} {v:.2f} h" for k, v in cp["paths_hours"].items()) + "."]  # fmt: skip
+        S = cp["chain_segments"]
+        L += ["", f"Fanned out as `{c['file']}` sets it (`spectra.boundaries_per_job: {cp['boundaries_per_job']}`, "
+              f"`spectra.chain_segments: {S}`: {cp['chain_jobs']} Schur chain jobs, {cp['jobs']} jobs per "
+              f"{models[MODELS[0]]['label']} checkpoint) on 64 concurrent jobs, the last job ends after "
+              f"**{cp['hours']:.2f} h** at these per-boundary speeds (`critical_path_hours_64_jobs`; "
+              "`critical_path`: a list schedule with the workflow's priorities). Each kind's longest job: "
+              + ", ".join(f"{k} {v:.2f} h" for k, v in cp["paths_hours"].items() if k != "spectra_schur_prep + chain")
+              + f"; the Schur preps and chain jobs end at {cp['paths_hours'].get('spectra_schur_prep + chain', 0):.2f} h "
+              f"(started shortest first instead of longest first: {cp.get('hours_chains_shortest_first', 0):.2f} h)."]  # fmt: skip
         one = out.get("critical_path_hours_64_jobs_one_job_per_chain")
-        if one:
-            S = cp["chain_segments"]
-            L += ["", f"The Schur chains run as `spectra.chain_segments: {S}` jobs each ({cp['chain_jobs']} chain jobs, "
-                  f"`{c['file']}`): a segment's job advances its chain's products through the depths before its own "
-                  f"(no SVD: {', '.join(f'{k} {v:.1f} s' for k, v in res['spectra_schur_chains'][d]['advance_s'].items())} "
-                  f"per depth, measured with `--jobs schur_advance` at a 1-min load of at most "
-                  f"{res['spectra_schur_chains'][d].get('advance_machine', {}).get('load_average_1min_max', float('nan')):.1f}), "
-                  f"then steps through its own; the chain jobs take "
-                  f"the slots as they free, longest first (their Snakemake priority: `resources.schur_chain_seconds`; "
-                  f"shortest first, the longest path would be {cp['hours_chains_shortest_first']:.2f} h). The repeated prefix products cost "
+        if one and sch:
+            adv = ", ".join(f"{k} {v:.1f} s" for k, v in sch["advance_s"].items())
+            L += ["", f"A chain of the costliest class runs as {S} jobs over consecutive depths, a cheaper one as "
+                  f"ceil({S} × its one-job time / the costliest's) (`resources.schur_chain_segments`): a segment's "
+                  f"job advances its chain's products through the depths before its own (no SVD: {adv} per depth, "
+                  "timed at depths 2 and 3), then steps through its own. The repeated prefix products cost "
                   f"{out['per_checkpoint_cpu_hours']['spectra_schur_chain_prefixes']:.1f} CPU-hours per checkpoint "
-                  f"(in the total above). With one job per chain ({one['chain_jobs']} chain jobs) the "
-                  f"Schur path is {one['paths_hours']['spectra_schur_prep + chain']:.2f} h and the longest path "
-                  f"{one['hours']:.2f} h."]  # fmt: skip
-        if "spectra_cumulative_variant" in cp["paths_hours"]:
-            vs = cumulative_variant_boundary_s(res, d)
-            L += ["", f"The cumulative table runs as a job per variant ({', '.join(VARIANTS)}): no per-variant "
-                  f"time was measured, so a variant's step is taken as half of the measured two-variant step "
-                  f"(two chains of identical cost) less the replicates' deviations, which each variant's job forms "
-                  f"again and which count in full ({res['spectra_table'][d]['deviations_s']:.1f} s, from "
-                  f"`spectra_table` at the same K): {vs:.1f} s per boundary. The convergence table runs as a job "
-                  f"per subset size, each the measured per-size plain and edge steps over the checkpoint's "
-                  f"boundaries plus the final SVDs: "
+                  f"(in the total above). With one job per chain ({one['chain_jobs']} chain jobs) the last job "
+                  f"ends after {one['hours']:.2f} h."]  # fmt: skip
+        for alts, how in ((out.get("fanout_alternatives"), "at the measured wall times"),
+                          ((out.get("cpu_time") or {}).get("fanout_alternatives"),
+                           f"at the CPU time over {mach['cpus']} cores")):  # fmt: skip
+            if alts:
+                L += ["", f"The alternatives {how} (`fanout_alternatives`): hours until the last job ends on 64 "
+                      "concurrent jobs (jobs per checkpoint; hours of repeated prefix products):", "",
+                      *_alternatives_table(alts)]  # fmt: skip
+        variants = cumulative_variant_boundary_s(res, d)
+        if variants and "spectra_convergence" in res:
+            cum = res["spectra_cumulative"][d]
+            how = ("measured through attention, MLP, attention, MLP, the last timed, with the deviations each "
+                   "variant's job forms" if "variant_s" in cum else
+                   "half of the measured two-variant step, the deviations counted in full")  # fmt: skip
+            L += ["", f"The cumulative table runs as a job per variant ({how}): "
+                  + ", ".join(f"{v} {s:.1f} s" for v, s in variants.items()) + " per boundary. The convergence "
+                  "table runs as a job per subset size, each the measured per-size plain and edge steps over the "
+                  "checkpoint's boundaries plus the final SVDs: "
                   + ", ".join(f"S = {S} {t / 3600:.2f} h" for S, t in convergence_size_s(
-                      res["spectra_convergence"][d], models[MODELS[0]]["boundaries"],
-                      c["convergence_boundaries"]).items()) + "."]  # fmt: skip
+                      res["spectra_convergence"][d], B, c["convergence_boundaries"]).items()) + "."]  # fmt: skip
     L += ["", "## Where the time goes", ""]
     if "spectra_table" in res:
         L += [f"`spectra_table` (K = {c['n_groups'] if c['ci_blocks'] is None else c['ci_blocks']} replicates, "
               f"{c['ci_method']} intervals):", "",
-              "| d | deviations | decompose (eig + vectors, SVD) | metrics + replicates | boundary | Henrici of J̄ |",
-              "|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+              "| d | boundary | deviations | decompose (eig + vectors, SVD) | metrics + replicates | total | Henrici |",
+              "|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
         for dd, t in res["spectra_table"].items():
-            L.append(f"| {dd} | {t['deviations_s']:.1f} | {t['decompose_s']:.1f} | {t['metrics_and_replicates_s']:.1f} "
-                     f"| {t['boundary_s']:.1f} | {t['henrici']:.2f} |")  # fmt: skip
+            for kind, k in (t.get("by_kind") or {"mlp": t}).items():
+                L.append(f"| {dd} | {kind} | {k['deviations_s']:.1f} | {k['decompose_s']:.1f} | "
+                         f"{k['metrics_and_replicates_s']:.1f} | {k['boundary_s']:.1f} | {k['henrici']:.2f} |")  # fmt: skip
         L.append("")
     if "spectra_cumulative" in res:
-        L += ["`spectra_cumulative` (both variants, K tangents each): "
-              + "; ".join(f"d={dd}: boundary 1 {t['boundary1_s']:.1f} s, boundary 2 {t['boundary_s']:.1f} s"
-                          for dd, t in res["spectra_cumulative"].items()) + ".", ""]  # fmt: skip
+        L += ["`spectra_cumulative`, one variant's job at depth 4 (K tangents): "
+              + "; ".join(f"d={dd}: " + ", ".join(f"{v} {s:.1f} s" for v, s in t["variant_s"].items())
+                          + f" (of which the deviations {np.mean(list(t['deviations_s'].values())):.1f} s)"
+                          for dd, t in res["spectra_cumulative"].items() if "variant_s" in t) + ".", ""]  # fmt: skip
     if "spectra_schur" in res:
-        L += [f"`spectra_schur` (α = {c['alphas']}, {c['schur_ci_blocks']} blocks, intervals for "
-              f"{c['schur_ci_controls']}, boundary metrics `{c['schur_boundary_metrics']}`; "
-              f"{len(c['alphas']) * 2 - 1} operators × 2 variants, each step a complex product and a full complex SVD): "
+        L += [f"`spectra_schur` as one job (α = {c['alphas']}): "
               + "; ".join(f"d={dd}: boundary 1 {t['boundary1_s']:.1f} s, boundary 2 {t['boundary_s']:.1f} s"
-                          for dd, t in res["spectra_schur"].items()) + "."]  # fmt: skip
-        ds = sorted(res["spectra_schur"])
-        if len(ds) > 1:
-            a, b = ds[-2], ds[-1]
-            p = np.log(res["spectra_schur"][b]["boundary_s"] / res["spectra_schur"][a]["boundary_s"]) / np.log(b / a)
-            L.append(f"Measured growth {a}→{b}: d^{p:.2f}.")
-        r = res.get("rates", {})
-        if d in r and ds[-1] in r:
-            L.append(f"The complex SVD, the largest part, grew ×{r[d]['svd_complex_s'] / r[ds[-1]]['svd_complex_s']:.1f}"
-                     f" from d={ds[-1]} to {d} on this machine (d³: ×{(d / ds[-1]) ** 3:.0f}).")  # fmt: skip
-        L.append("")
-    if "spectra_schur_chains" in res and d in res["spectra_schur_chains"]:
-        t = res["spectra_schur_chains"][d]
-        L += [f"`spectra_schur` as its fanned-out jobs take it (d = {d}, K = {t['K']} blocks): a prep "
-              f"{t['prep_s']:.1f} s per boundary; one chain step per class ("
-              + "; ".join(f"{c}: {s:.1f} s × {t['chains'][c]} chains" for c, s in t["step_s"].items())
-              + f"): {t['boundary_s']:.0f} s per boundary in all.", ""]  # fmt: skip
+                          for dd, t in res["spectra_schur"].items()) + ".", ""]  # fmt: skip
+    if sch and "step_s" in sch:
+        bk = sch["boundaries"]
+        L += [f"`spectra_schur` as its fanned-out jobs take it (d = {d}, K = {sch['K']} blocks, random orders at α "
+              f"{sch['order_alphas']}): a prep "
+              + ", ".join(f"{k} {b['prep_s']:.1f} s (Henrici {b['henrici']:.2f}, {b['n_nonzero']} non-zero modes)"
+                          for k, b in bk.items())
+              + f", {sch['prep_s']:.1f} s per boundary on average; per cost class one chain through "
+              f"{', '.join(sch['depths'])}, the step at depth {len(sch['depths'])} timed (it rebuilds its operators "
+              "from the prep's arrays, forms the deviations where it carries an interval, multiplies and takes the "
+              "singular values):", "",
+              "| class | chains | step (s) | singular values | advance-only (s) | example |", "|---|---:|---:|---|---:|---|"]  # fmt: skip
+        for cls, s in sch["step_s"].items():
+            base = cls.split("_")[0]
+            L.append(f"| `{cls}` | {sch['chains'][cls]} | {s:.1f} | {_routes(sch['routes'][cls])} | "
+                     f"{sch['advance_s'].get(base, float('nan')):.1f} | `{tuple(sch['examples'][cls])}` |")  # fmt: skip
+        if "order_s" in sch:
+            o = sch["order_s"]
+            L += ["", f"An order's step: its reordered normal part J₀^π {o['basis']:.1f} s, then per α the `update` "
+                  f"product and singular values {o['update']:.1f} s and the `full` ones {o['full']:.1f} s."]  # fmt: skip
+        L += ["", f"{sch['boundary_s']:.0f} s per boundary in all (the prep and every chain's step).", ""]
     if "spectra_convergence" in res:
         conv = res["spectra_convergence"][d]
         L += [f"`spectra_convergence` (sizes {conv['sizes']} of {c['n_groups']} groups; per size every boundary "
@@ -900,33 +1258,28 @@ def markdown(out: dict) -> str:
     L += [
         "## Caveats",
         "",
-        "- One synthetic full-rank boundary per job. Attention boundaries of Llama/OLMo are of rank n_kv·d_head "
-        "= 1024: their eigen-perturbations are cheaper, the Schur form is reordered (ztrsen) and its Sylvester "
-        "solves split; the SVDs and products, the bulk of the time, are the same.",
+        "- Two synthetic boundaries, one of each kind, stand for a checkpoint's: real J̄ differ in spectrum and "
+        "non-normality, which moves the eigen- and Schur decompositions' iterations; the products and SVDs, most "
+        "of the time, are the same.",
+        "- The `update` products take the certified low-rank route from the second attention boundary on (the "
+        "first two depths of a real chain take the full SVD: 2 of 64 depths at about the `full` variant's step). "
+        "A random control's `update` products are of full rank (R' fills the strictly upper triangle), so they "
+        "take the full SVD after the range finder's attempt.",
         "- A J̄ with Henrici departure below 0.1 (near-normal) takes an exact `eigvals` per replicate in "
         "`spectra_table` (`linear.HENRICI_EXACT_BELOW`): K × `eigvals_s` more per such boundary.",
-        "- Files are not read: the group means sit in memory. The jobs memory-map them (G·d²·4 B = 1.1 GB per "
-        "boundary at d = 4096, read once per table, four times by the convergence job) and read the "
-        "activations (tokens·d·4 B = 2.1 GB per boundary) from disk; add that I/O on a slow file system.",
-        *(
-            [
-                f"- `spectra_schur` is timed at d = {out['summary']['spectra_schur']['measured_d']} and scaled as d³ "
-                f"(one boundary at {d} would take about {out['summary']['spectra_schur']['boundary_s'] / 60:.0f} min, "
-                "over the ~8 min one measurement may take here)."
-            ]
-            if "scale" in out["summary"].get("spectra_schur", {})
-            else []
-        ),
+        "- Files are not read: the group means and a prep's arrays sit in memory. The jobs memory-map the group "
+        "means (G·d²·4 B = 1.1 GB per boundary at d = 4096), read the prep's .npz (up to ~2 GB per boundary) and "
+        "the activations (tokens·d·4 B = 2.1 GB per boundary) from disk; add that I/O on a slow file system.",
         "- `spectra_convergence` has no per-boundary entry point: its step is the loop body of "
         "`convergence_rows`, rebuilt from the same calls (`convergence_step` here).",
         f"- Gemma-4-E4B's rows are at d = {d} too; its text decoder is narrower (an effective-4B model: see "
         "hidden_size in its hub config), so they are upper bounds: scale by (d/4096)³ for the spectral jobs and "
         "by d² for the correlation.",
-        "- Per checkpoint = boundary 2's time × boundaries (the first boundary of a product is a little cheaper).",
         "- Not timed: the resume snapshots (`layergeom.resume.Snapshots`, written every `snapshot_minutes`). One "
-        f"holds the product chains, at d = {d}: "
+        f"of a single job holds its product chains, at d = {d}: "
         + ", ".join(f"`{j}` ≈ {gb:.1f} GB" for j, gb in snapshot_gb(d, c).items())
-        + " (C and the K tangents of every chain), written atomically each time.",
+        + " (C and the K tangents of every chain), written atomically each time; a fanned-out job's holds its own "
+        "chain's.",
         "",
     ]
     return "\n".join(L)

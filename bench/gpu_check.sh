@@ -11,17 +11,25 @@
 #      with a note, on a machine with fewer than two GPUs); on any GPU machine, every model job's log names
 #      its device;
 #   5. Paper B's spectral and topology stages at d = 4096 on the GPU, one boundary each (bench/bench_long_jobs.py
-#      --device cuda), and the projected hours of one Llama-3.1-8B checkpoint's spectral work on this GPU.
+#      --device cuda: the tables on an attention and an MLP boundary, the Schur prep and one chain of each cost
+#      class through four depths), and the projected hours of one Llama-3.1-8B checkpoint's spectral work on this
+#      GPU with config/papers.yaml's fan-out (its chain segments' repeated prefixes included).
 #
 #   bash bench/gpu_check.sh [OUTDIR]       # OUTDIR default: $OUT, else bench/results
+#   bash bench/gpu_check.sh --help         # this text
 #
 # Needs a Python with torch (a CUDA build), transformers, snakemake and the project's other dependencies
 # (PYTHON=..., default .venv/bin/python, else python3); it installs nothing (GPU machines may be offline) and
 # stops at once with a message when torch, CUDA or snakemake is missing. Each stage has its own time limit
 # (GPU_CHECK_E2E_S, GPU_CHECK_DTYPE_S, GPU_CHECK_JAC_S, GPU_CHECK_SLOTS_S, GPU_CHECK_LONG_S seconds); a stage that fails or runs out is reported
 # and the next one still runs. Exit status: 0 when every stage that ran passed.
-# GPU_CHECK_DEVICE=cpu runs the same stages on the CPU (small Jacobian width), to try the script without a GPU.
+# GPU_CHECK_DEVICE=cpu runs the same stages on the CPU (small Jacobian width, d = 256 for stage 5), to try the
+# script without a GPU; GPU_CHECK_STAGES="5" (a list of 1-5, default all) runs only those stages.
 set -uo pipefail
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+    sed -n '2,/^set -uo pipefail/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUTDIR=${1:-${OUT:-$ROOT/bench/results}}
 E2E_S=${GPU_CHECK_E2E_S:-150}
@@ -30,6 +38,8 @@ JAC_S=${GPU_CHECK_JAC_S:-90}
 SLOTS_S=${GPU_CHECK_SLOTS_S:-120}
 LONG_S=${GPU_CHECK_LONG_S:-240}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
+STAGES=" ${GPU_CHECK_STAGES:-1 2 3 4 5} "
+want() { [[ "$STAGES" == *" $1 "* ]]; }
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY=$ROOT/.venv/bin/python
 else PY=$(command -v python3 || true); fi
@@ -72,6 +82,7 @@ status=0
 note() { echo "$*" >>"$REPORT"; }
 
 # ---- 1. the test config end to end on the GPU -------------------------------------------------------
+if want 1; then
 # Tiny models: several GPU jobs share the one GPU (--resources gpu=8 lifts the one-job-per-GPU default).
 say "1. config/test.yaml end to end with device=$DEVICE (limit ${E2E_S}s)"
 s=$(date +%s)
@@ -100,7 +111,10 @@ fi
 note ""
 say "   exit $rc in ${e}s"
 
+fi
+
 # ---- 2. float32 vs bfloat16 weights -----------------------------------------------------------------
+if want 2; then
 say "2. float32 vs bfloat16 (limit ${DTYPE_S}s)"
 note "## 2. float32 vs bfloat16 weights (tiny-llama, tiny-gpt2; device $DEVICE)"
 note ""
@@ -153,7 +167,10 @@ EOF
 fi
 note ""
 
+fi
+
 # ---- 3. the Jacobian bench at d=4096 ----------------------------------------------------------------
+if want 3; then
 say "3. bench/gpu_jacobians.py at d=4096 (limit ${JAC_S}s)"
 note "## 3. Exact Jacobians (bench/gpu_jacobians.py: d=4096 on the GPU)"
 note ""
@@ -179,7 +196,10 @@ else
 fi
 say "   exit $rc in ${e}s"
 
+fi
+
 # ---- 4. GPU slots: concurrent jobs on different GPUs -------------------------------------------------------
+if want 4; then
 say "4. GPU slots (limit ${SLOTS_S}s)"
 note "## 4. GPU slots: one device per concurrent GPU job"
 note ""
@@ -235,12 +255,15 @@ EOF
     say "   done in $(($(date +%s) - s))s"
 fi
 
+fi
+
 # ---- 5. Paper B's spectral stages at d=4096 on the GPU --------------------------------------------------
+if want 5; then
 say "5. bench/bench_long_jobs.py on $DEVICE (limit ${LONG_S}s)"
 note "## 5. Paper B's analysis stages, one boundary each, on $DEVICE (bench/bench_long_jobs.py)"
 note ""
 s=$(date +%s)
-long_args=(--device "$DEVICE" --out "$OUTDIR/long_jobs_$DEVICE" --jobs spectra cumulative convergence schur_chains schur_advance topology)
+long_args=(--device "$DEVICE" --out "$OUTDIR/long_jobs_$DEVICE" --jobs spectra cumulative convergence schur_chains topology)
 if [ "$DEVICE" = cuda ]; then long_args+=(--d 4096 --small-d 4096 --tokens 32768)
 else long_args+=(--d 256 --small-d 256 --tokens 4096); fi
 timeout --kill-after=20 "$LONG_S" "$PY" bench/bench_long_jobs.py "${long_args[@]}" >"$WORK/long.log" 2>&1
@@ -259,6 +282,7 @@ else
 fi
 note ""
 say "   exit $rc in ${e}s"
+fi
 
 note ""
 note "Total $(($(date +%s) - t0)) s; work directory $WORK; exit status $status."

@@ -1,8 +1,9 @@
 """Rates and peak memory of the spectral table and topology jobs, for their `runtime` and `mem_mb` (run by hand).
 
 The constants of ``layergeom.resources`` (RATES, the d² memory counts) cite this bench. Each job's function runs
-in a fresh process on a synthetic checkpoint (``bench_long_jobs.boundary``: J̄ = Gaussian bulk + rank-32 part,
-16 float32 group means of 1000 windows × 127 tokens) with the schema's default settings, at two small widths:
+in a fresh process on a synthetic checkpoint (``make_checkpoint``: attention-like boundaries of rank d/4 and
+MLP-like ones alternating, ``bench_long_jobs.attention_boundary`` and ``boundary``; 16 float32 group means of
+1000 windows × 127 tokens) with the schema's default settings, at small widths:
 
 - seconds per boundary of write_spectra, write_cumulative, write_schur (their whole loop over `--boundaries`
   boundaries, the first of which multiplies nothing), fitted as c2·d² + c3·d³ over `--dims` (the d³ LAPACK
@@ -12,11 +13,17 @@ in a fresh process on a synthetic checkpoint (``bench_long_jobs.boundary``: J̄ 
 - topology: ``boundary_topology`` on a float32 memmap of `--tokens` rows, fitted as c1·d + c_t·tokens·d²;
   coupling: one ``spearman_permutation`` of 1000 permutations (s ÷ permutations·d, at the largest d);
 - peak RSS (``ru_maxrss``) of each job's process minus its RSS after the imports, against
-  ``layergeom.resources.spectra_bytes`` / ``topology_graph_bytes``, at `--mem-dims`.
+  ``layergeom.resources.spectra_bytes`` / ``schur_chain_bytes`` / ``topology_graph_bytes``, at `--mem-dims`: the
+  single jobs, and the fanned-out Schur jobs (a prep per boundary; one chain of each cost class from them).
 
-Writes bench/results/resources_rates.json. Threads: one BLAS thread per job (THREAD_VARS): a job with more runs faster than its runtime says.
+The rates are then anchored at the papers' width (``anchor_rates``: bench/results/long_jobs.json). ``--stages``
+measures some stages again and keeps the result file's other rows (``remeasured`` names them).
+
+Writes bench/results/resources_rates.json. Threads: one BLAS thread per job (THREAD_VARS): a job with more runs
+faster than its runtime says.
 
     OMP_WAIT_POLICY=PASSIVE python bench/resources_rates.py [--dims 256 512 768] [--mem-dims 512 1024]
+        [--stages spectra_schur spectra_cumulative ...] [--refit]
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 #: job) and conservative for a job with more threads
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 STAGES = ("spectra_table", "spectra_cumulative", "spectra_schur", "spectra_convergence")
+#: the fanned-out Schur jobs whose memory is measured at --mem-dims (a prep per boundary; a chain of each class)
+SCHUR_JOBS = ("spectra_schur_prep", "spectra_schur_chain")
 N_GROUPS = 16
 #: the d = 4096 measurements the rates are anchored at (``anchor_rates``)
 LONG_JOBS = ROOT / "bench" / "results" / "long_jobs.json"
@@ -57,21 +66,51 @@ def current_rss_mb() -> float:
 
 
 def make_checkpoint(folder: Path, d: int, n: int) -> list[str]:
+    """n boundaries of width d in `folder` (J̄, group means, meta), alternating an attention-like and an MLP-like
+    one (``bench_long_jobs.attention_boundary``, ``boundary``): the `update` products are low rank from the second
+    attention boundary on, as in a real chain."""
     import numpy as np
-    from bench_long_jobs import boundary
+    from bench_long_jobs import attention_boundary, boundary
 
-    names = [f"L{i}.mlp" for i in range(n)]
+    names = [f"L{i // 2}.{'attn' if i % 2 == 0 else 'mlp'}" for i in range(n)]
     counts = np.asarray(COUNTS, dtype=np.int64)
     for i, name in enumerate(names):
-        mean, groups = boundary(d, counts, seed=i)
+        mean, groups = attention_boundary(d, counts, seed=i)[:2] if i % 2 == 0 else boundary(d, counts, seed=i)
         np.save(folder / f"{name}.npy", mean)
         np.save(folder / f"{name}.groups.npy", groups)
         (folder / f"{name}.json").write_text(json.dumps({"n_samples": int(counts.sum()), "group_counts": COUNTS}))
     return names
 
 
+def spectra_defaults() -> dict:
+    """The spectra section's schema defaults (the settings every job here runs with)."""
+    from layergeom import config as lgconfig
+
+    return {k: v["default"] for k, v in lgconfig.load_schema("spectra")["properties"].items() if "default" in v}
+
+
+def schur_kwargs(s: dict) -> dict:
+    """The Schur jobs' settings (as scripts/spectra_schur*.py pass them) from a spectra section."""
+    return {"alphas": s["alphas"], "seed": 0, "orders": s["schur_orders"], "order_alphas": s["schur_order_alphas"],
+            "dtype": s["dtype"], "rank_tol": s["rank_tol"], "ci_blocks": s["schur_ci_blocks"],
+            "ci_controls": s["schur_ci_controls"]}  # fmt: skip
+
+
+def schur_chain_examples(s: dict) -> dict:
+    """{cost class: its first chain's name} of the Schur plan (``resources.schur_chain_class``)."""
+    from layergeom import resources as R
+    from layergeom.spectral.settings import schur_chain_name, schur_chains
+
+    out = {}
+    for ch in schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"]):
+        out.setdefault(R.schur_chain_class(s, ch), schur_chain_name(ch))
+    return out
+
+
 def child(stage: str, folder: str, n: int, n_edge: int = 4) -> None:
-    """One job in this process: prints {"seconds", "rss_base_mb", "rss_peak_mb"}."""
+    """One job in this process: prints {"seconds", "rss_base_mb", "rss_peak_mb"}. ``spectra_schur_prep``: a prep
+    job per boundary (blocks of one, in turn: one boundary's peak); ``spectra_schur_chain:<chain>``: that chain's
+    job through every boundary, from the preps' arrays."""
     import numpy as np  # noqa: F401
     import pandas  # noqa: F401
     import scipy.linalg  # noqa: F401
@@ -80,20 +119,42 @@ def child(stage: str, folder: str, n: int, n_edge: int = 4) -> None:
 
     base = current_rss_mb()  # after the imports (their transient peak may exceed it: small jobs read low)
     f = Path(folder)
+    s = spectra_defaults()
     if stage.startswith("spectra"):
-        names = [f"L{i}.mlp" for i in range(n)]
-        files = pipeline.BoundaryFiles(names, [f / f"{b}.npy" for b in names], [f / f"{b}.groups.npy" for b in names],
-                                       [f / f"{b}.json" for b in names])  # fmt: skip
+        names = json.loads((f / "names.json").read_text())[:n]
+
+        def files(bs):
+            return pipeline.BoundaryFiles(bs, [f / f"{b}.npy" for b in bs], [f / f"{b}.groups.npy" for b in bs],
+                                          [f / f"{b}.json" for b in bs])  # fmt: skip
+
         out = f / f"{stage}.tsv"
+        prep = [f / "prep" / f"{k}.npz" for k in range(len(names))]
         t = time.perf_counter()
         if stage == "spectra_table":
-            pipeline.write_spectra(files, out, f / "eig.tsv")
+            pipeline.write_spectra(files(names), out, f / "eig.tsv", sr_k=s["sr_k"], dtype=s["dtype"],
+                                   rank_tol=s["rank_tol"], ci_level=s["ci_level"], ci_method=s["ci_method"],
+                                   ci_blocks=s["ci_blocks"])  # fmt: skip
         elif stage == "spectra_cumulative":
-            pipeline.write_cumulative(files, out)
+            pipeline.write_cumulative(files(names), out, ci_level=s["ci_level"], ci_blocks=s["ci_blocks"])
         elif stage == "spectra_schur":
-            pipeline.write_schur(files, out, seed=0)
+            kw = schur_kwargs(s)
+            pipeline.write_schur(files(names), out, dtype=kw.pop("dtype"), rank_tol=kw.pop("rank_tol"),
+                                 ci_level=s["ci_level"], ci_blocks=kw.pop("ci_blocks"),
+                                 ci_controls=kw.pop("ci_controls"), sr_k=s["sr_k"],
+                                 boundary_metrics=s["schur_boundary_metrics"], **kw)  # fmt: skip
+        elif stage == "spectra_schur_prep":
+            (f / "prep").mkdir(exist_ok=True)
+            for k, name in enumerate(names):
+                pipeline.write_schur_prep(files([name]), prep[k].with_suffix(".pkl"), prep[k], first=k,
+                                          sr_k=s["sr_k"], boundary_metrics=s["schur_boundary_metrics"],
+                                          **schur_kwargs(s))  # fmt: skip
+        elif stage.startswith("spectra_schur_chain:"):
+            chain = stage.split(":", 1)[1]
+            pipeline.write_schur_chain(files(names), prep, [[b] for b in names], f / f"{chain}.pkl", chain=chain,
+                                       ci_level=s["ci_level"], **schur_kwargs(s))  # fmt: skip
         else:
-            pipeline.write_convergence(files, out, n_edge=n_edge)
+            pipeline.write_convergence(files(names), out, sizes=s["convergence_sizes"], n_edge=n_edge, sr_k=s["sr_k"],
+                                       dtype=s["dtype"], rank_tol=s["rank_tol"], ci_level=s["ci_level"])  # fmt: skip
     elif stage == "topology_graph":
         from layergeom.topology.communities import boundary_topology
 
@@ -117,7 +178,9 @@ def child(stage: str, folder: str, n: int, n_edge: int = 4) -> None:
 def run_child(stage: str, folder: Path, n: int, n_edge: int = 4) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **{k: "1" for k in THREAD_VARS}}
     out = subprocess.run([sys.executable, __file__, "--child", stage, str(folder), str(n), str(n_edge)],
-                         capture_output=True, text=True, env=env, check=True)  # fmt: skip
+                         capture_output=True, text=True, env=env)  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"{stage} at {folder} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -207,16 +270,21 @@ def anchor_rates(rates: dict, long: dict) -> dict:
     Adds what the fanned-out jobs need: ``convergence_groups`` (a subset size's seconds grow with its S groups:
     (offset_plain, offset_edge, mean_size): a size's share is (S + offset)/(mean_size + offset) of the rate, the
     rate being the mean over the bench's sizes; from an upper envelope of the d = 4096 seconds per size),
-    ``convergence_final`` (the final boundary's erank SVDs per size, as c3) and ``schur_steps`` (seconds per d³
-    of a Schur prep per boundary and of one chain step per cost class, at the bench's K tangents and width d; an
-    order's step per α < 1; ``advance_<class>``: a step's products alone, what a chain segment's job runs through
-    the depths before its own, where measured: ``--jobs schur_advance`` of bench_long_jobs.py).
+    ``convergence_final`` (the final boundary's erank SVDs per size, as c3), ``cumulative_variants`` (each
+    variant's share of the cumulative table's d³ term: its job's step less the deviations, over the two
+    variants' together) and ``schur_steps`` (seconds per d³ at the bench's K tangents and width d: a Schur prep
+    per boundary; a run chain's step per class ``{real|tangents|plain}_{update|full}``; an order's parts,
+    ``order_basis`` (J₀^π) and per α ``order_update``, ``order_full``; ``advance_<base>``, a step's products
+    alone, what a chain segment's job runs through the depths before its own, ``advance_order`` at one α).
     """
     res, d = long["results"], int(long["d"])
     key = str(d)
     out = dict(rates)
     out["spectra_table"] = _reach(rates["spectra_table"], d, res["spectra_table"][key]["boundary_s"])
-    out["spectra_cumulative"] = _reach(rates["spectra_cumulative"], d, res["spectra_cumulative"][key]["boundary_s"])
+    cum = res["spectra_cumulative"][key]
+    out["spectra_cumulative"] = _reach(rates["spectra_cumulative"], d, cum["boundary_s"])
+    own = {v: cum["variant_s"][v] - cum["deviations_s"][v] for v in cum["variant_s"]}  # the products and SVDs
+    out["cumulative_variants"] = {v: _ceil3(s / sum(own.values())) for v, s in sorted(own.items())}
     sch = res["spectra_schur_chains"][key]
     out["spectra_schur"] = _reach(rates["spectra_schur"], d, sch["boundary_s"])
     topo = res["topology_graph"][key]
@@ -233,11 +301,13 @@ def anchor_rates(rates: dict, long: dict) -> dict:
     off = [_3g(a / b) if b > 0 else 1e6 for a, b in ((ap, bp), (ae, be))]
     out["convergence_groups"] = (off[0], off[1], _3g(mean_size))
     out["convergence_final"] = _reach((0.0, 0.0), d, conv["final_extra_s"])
-    n_order = sum(1 for a in long["config"]["alphas"] if float(a) < 1)
-    steps = dict(sch["step_s"], order=sch["step_s"]["order"] / n_order, prep=sch["prep_s"])
-    if "advance_s" in sch:  # a chain segment's prefix: the products of a step without its SVD, per class
-        adv = dict(sch["advance_s"], order=sch["advance_s"]["order"] / n_order)
-        steps |= {f"advance_{k}": v for k, v in adv.items()}
+    n_order = max(1, len(sch["order_alphas"]))
+    order = sch["order_s"]  # J₀^π, and per α each variant's product and singular values
+    steps = {cls: s for cls, s in sch["step_s"].items() if cls != "order"} | {"prep": sch["prep_s"]}
+    steps |= {"order_basis": order["basis"], "order_update": order["update"], "order_full": order["full"]}
+    adv = sch["advance_s"]  # a chain segment's prefix: a step's products without their singular values
+    steps |= {f"advance_{base}": s for base, s in adv.items() if base != "order"}
+    steps["advance_order"] = order["basis"] + max(0.0, adv["order"] - order["basis"]) / n_order  # at one α
     out["schur_steps"] = {"K": int(sch["K"]), "d": d} | {k: _ceil3(v / d**3) for k, v in sorted(steps.items())}
     return out
 
@@ -248,6 +318,8 @@ def main():
     ap.add_argument("--mem-dims", type=int, nargs="+", default=[512, 1024])
     ap.add_argument("--boundaries", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--stages", nargs="+", default=[*STAGES, *SCHUR_JOBS, "topology_graph", "coupling"],
+                    help="measure these only; the result file's other timings and memory rows are kept")  # fmt: skip
     ap.add_argument("--child", nargs=4)
     ap.add_argument("--refit", action="store_true", help="recompute the rates from the result file's timings")
     ap.add_argument(
@@ -281,41 +353,50 @@ def main():
     import numpy as np
     from bench_topology import synthetic_states
 
-    from layergeom import config as lgconfig
-    from layergeom import resources as R
-
-    spectra = {k: v["default"] for k, v in lgconfig.load_schema("spectra")["properties"].items() if "default" in v}
+    spectra = spectra_defaults()
+    stages = set(a.stages)
+    unknown = stages - {*STAGES, *SCHUR_JOBS, "topology_graph", "coupling"}
+    if unknown:
+        raise SystemExit(f"--stages: no stage {sorted(unknown)}")
     out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "numpy": np.__version__,
                        "load_start": os.getloadavg()},
            "settings": {"n_groups": N_GROUPS, "group_counts": COUNTS, "boundaries": a.boundaries,
-                        "tokens": a.tokens, "spectra": "schema defaults", "blas_threads": 1},
+                        "tokens": a.tokens, "spectra": "schema defaults", "blas_threads": 1,
+                        "checkpoint": "attention (rank d/4) and MLP boundaries alternating"},
            "timings": {}, "memory": {}}  # fmt: skip
+    if path.exists() and stages != set(ap.get_default("stages")):  # a part: the other stages' rows are kept
+        old = json.loads(path.read_text())
+        out["timings"] = {k: v for k, v in old["timings"].items() if k not in stages}
+        out["memory"] = {k: v for k, v in old["memory"].items() if k.split(":")[0] not in stages}
+        out["remeasured"] = {"stages": sorted(stages), "earlier": old.get("remeasured"),
+                             "earlier_machine": old["machine"]}  # fmt: skip
     conv_n = 18
+    chains = schur_chain_examples(spectra)
     for d in sorted(set(a.dims) | set(a.mem_dims)):
         timed, mem = d in a.dims, d in a.mem_dims
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            make_checkpoint(folder, d, conv_n if timed else a.boundaries)
+            names = make_checkpoint(folder, d, conv_n if timed else a.boundaries)
+            (folder / "names.json").write_text(json.dumps(names))
             synthetic_states(folder / "states.npy", a.tokens, d)
             runs = [(s, a.boundaries, 4) for s in STAGES[:3]]
             runs += [("spectra_convergence", conv_n, 1), ("spectra_convergence", conv_n, 4)] if timed else []
             runs += [("topology_graph", 1, 4)] + ([("coupling", d, 4)] if timed else [])
+            if mem:  # the fanned-out Schur jobs' memory: the preps, then each class's chain from them
+                runs += [("spectra_schur_prep", a.boundaries, 4)]
+                runs += [(f"spectra_schur_chain:{name}", a.boundaries, 4) for name in chains.values()]
             for stage, n, n_edge in runs:
-                if not timed and stage == "spectra_cumulative":
+                job = stage.split(":")[0]
+                if job not in stages or (not timed and stage == "spectra_cumulative"):
                     continue
                 r = run_child(stage, folder, n, n_edge) | {"d": d, "boundaries": n, "n_edge": n_edge}
                 if stage == "topology_graph":
                     r["tokens"] = a.tokens
                 print(stage, json.dumps(r), flush=True)
-                if timed:
+                if timed and job not in SCHUR_JOBS:
                     out["timings"].setdefault(stage, []).append(r)
                 if mem and stage != "coupling" and not (stage == "spectra_convergence" and n_edge == 1):
-                    if stage.startswith("spectra"):
-                        pred = R.spectra_bytes(stage, d, N_GROUPS, spectra, n) / 1e6
-                        req = R.spectra_mem_mb(stage, d, N_GROUPS, spectra, n)
-                    else:
-                        pred = R.topology_graph_bytes(d, a.tokens) / 1e6
-                        req = R.topology_graph_mem_mb(d, a.tokens)
+                    pred, req = predicted_memory(stage, d, n, spectra, a.tokens)
                     meas = r["rss_peak_mb"] - r["rss_base_mb"]
                     out["memory"].setdefault(stage, []).append(
                         {
@@ -333,6 +414,21 @@ def main():
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out["rates"], indent=1))
     print(json.dumps(out["memory"], indent=1))
+
+
+def predicted_memory(stage: str, d: int, n: int, spectra: dict, tokens: int) -> tuple[float, int]:
+    """(predicted MB above the interpreter, requested mem_mb) of a job (``layergeom.resources``)."""
+    from layergeom import resources as R
+    from layergeom.spectral.settings import schur_chain_name, schur_chains
+
+    if stage.startswith("spectra_schur_chain:"):
+        plan = {schur_chain_name(c): c for c in schur_chains(spectra["alphas"], spectra["schur_orders"],
+                                                             order_alphas=spectra["schur_order_alphas"])}  # fmt: skip
+        chain = plan[stage.split(":", 1)[1]]
+        return R.schur_chain_bytes(d, N_GROUPS, spectra, chain) / 1e6, R.schur_chain_mem_mb(d, N_GROUPS, spectra, chain)
+    if stage.startswith("spectra"):
+        return R.spectra_bytes(stage, d, N_GROUPS, spectra, n) / 1e6, R.spectra_mem_mb(stage, d, N_GROUPS, spectra, n)
+    return R.topology_graph_bytes(d, tokens) / 1e6, R.topology_graph_mem_mb(d, tokens)
 
 
 if __name__ == "__main__":

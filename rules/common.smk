@@ -554,11 +554,12 @@ def spectra_block_first(wildcards):
 
 def schur_settings(model):
     """The model's spectra section and its Schur chain jobs by name: (chain, segment), the chain a tuple of
-    settings.schur_chains, the segment its depth range [start, end) (spectra.chain_segments above 1:
-    resources.schur_chain_segments, named ``{chain}.s{k}``) or None (one job per chain: ``{chain}``).
+    settings.schur_chains, the segment its depth range [start, end) where the chain runs as more than one job
+    (resources.schur_chain_segments: spectra.chain_segments for the costliest chains, fewer for cheaper ones;
+    named ``{chain}.s{k}``), else None (one job: ``{chain}``).
     """
     s = section(model, "spectra")
-    S, n = int(s["chain_segments"]), len(boundaries(model))
+    n = len(boundaries(model))
     jobs = {}
     try:
         plan = schur_chains(
@@ -568,12 +569,22 @@ def schur_settings(model):
         raise WorkflowError(f"{model}: {e}") from None
     for c in plan:
         name = schur_chain_name(c)
-        if S <= 1:
+        segs = schur_chain_segments(n, s, c)
+        if len(segs) <= 1:
             jobs[name] = (c, None)
             continue
-        for k, seg in enumerate(schur_chain_segments(n, s, c)):
-            jobs[schur_chain_segment_name(name, k, S)] = (c, seg)
+        for k, seg in enumerate(segs):
+            jobs[schur_chain_segment_name(name, k, len(segs))] = (c, seg)
     return s, jobs
+
+
+def schur_chain_segment_counts(wildcards):
+    """Each Schur chain's number of segment jobs, by chain name (the gather checks each chain's parts against
+    its own count)."""
+    counts = {}
+    for c, _ in schur_settings(wildcards.model)[1].values():
+        counts[schur_chain_name(c)] = counts.get(schur_chain_name(c), 0) + 1
+    return counts
 
 
 def schur_chain_job(wildcards):

@@ -267,8 +267,9 @@ rule spectra_schur_prep:
 
 # One product chain (settings.schur_chains: an operator's J(α), one variant each, or a random order's at the
 # α of spectra.schur_order_alphas, both variants from one reordering) through every boundary in depth order; its erank per depth (kept: small), resumable from its own snapshot.
-# With spectra.chain_segments S > 1, S jobs per chain ({chain}.s{k}): each advances the products through the
-# depths before its segment (no SVD), then steps through its own depths (resources.schur_chain_segments).
+# With spectra.chain_segments S > 1, up to S jobs per chain ({chain}.s{k}; S for the costliest chains, fewer in
+# proportion for cheaper ones: resources.schur_chain_segments): each advances the products through the depths
+# before its segment (no SVD), then steps through its own depths.
 rule spectra_schur_chain:
     input:
         unpack(schur_chain_inputs),
@@ -319,6 +320,7 @@ rule spectra_schur_gather:
         runtime=gather_runtime,
     params:
         boundaries=lambda wc: boundaries(wc.model),
+        segments=schur_chain_segment_counts,
         settings=lambda wc: job_settings("spectra_schur_gather", wc.model),
     script:
         "../scripts/spectra_schur_gather.py"

@@ -13,5 +13,5 @@ with job(sm):
         alphas=cfg["alphas"],
         orders=cfg["schur_orders"],
         order_alphas=cfg["schur_order_alphas"],
-        segments=cfg["chain_segments"],
+        segments=sm.params.segments,  # each chain's segment jobs (spectra.chain_segments, by its cost)
     )

@@ -484,6 +484,33 @@ def test_chain_segment_bounds_cover_the_depths_in_balanced_segments(f):
         chain_segment_bounds(4, 2, 1.5)
 
 
+def test_the_schur_gather_checks_each_chains_own_segment_count(jac, tmp_path):
+    """spectra.chain_segments splits the chains by their cost (resources.schur_chain_segments), so the gather is
+    given each chain's count by name: the random orders as 3 segment jobs and the other chains as one job each
+    give the single job's bytes; a chain whose parts are not its own count is refused, in one line."""
+    from layergeom.spectral import pipeline
+
+    one, out = tmp_path / "one", tmp_path / "fan"
+    _schur_single(jac, one)
+    chains = _schur_fanned(jac, out, 3)  # the preps and one job per chain
+    _, preps, _, folder = _schur_blocks(out, 3)
+    counts = {name: 3 if name.startswith("order") else 1 for name in chains}
+    parts = [p for name, p in chains.items() if counts[name] == 1]
+    for name in (n for n in chains if counts[n] == 3):
+        for job, segment in _schur_segment_jobs(name, 3):
+            _schur_chain_job(jac, out, 3, name, segment=segment, job=job)
+            parts.append(folder / f"{job}.pkl")
+    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"]}
+    pipeline.gather_schur(preps, parts, NAMES, tmp_path / "mixed.tsv", segments=counts, **kw)
+    assert (tmp_path / "mixed.tsv").read_bytes() == (one / "schur.tsv").read_bytes()
+    run = next(n for n in counts if counts[n] == 1)
+    for wrong, match in ((counts | {run: 2}, "not 2 covering"), (1, "not 1 covering"), (3, "not 3 covering")):
+        with pytest.raises(LayergeomError, match=match) as err:
+            pipeline.gather_schur(preps, parts, NAMES, tmp_path / "bad.tsv", segments=wrong, **kw)
+        assert "\n" not in str(err.value)
+    assert not (tmp_path / "bad.tsv").exists()
+
+
 def _schur_jobs(jobs, model):
     return sorted((j["rule"], j["wildcards"].get("block") or j["wildcards"].get("chain")) for j in jobs
                   if j["rule"].startswith("spectra_schur") and j["wildcards"].get("model") == model)  # fmt: skip
@@ -567,10 +594,11 @@ def test_schur_prep_and_chain_resources_count_their_share(tmp_path):
 
 @pytest.mark.dag
 def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources(tmp_path):
-    """tiny-gpt2 fanned out (spectra.boundaries_per_job 1, d = 4096) with spectra.chain_segments 2: every chain
-    of settings.schur_chains is 2 jobs ({chain}.s0, {chain}.s1: resources.schur_chain_segments of its 4
-    boundaries), each asking for its prefix and own steps (schur_chain_runtime_min with its segment, at most
-    the whole chain's) and the chain's memory; the gather reads every segment, each chain's in order."""
+    """tiny-gpt2 fanned out (spectra.boundaries_per_job 1, d = 4096) with spectra.chain_segments 2: each chain of
+    settings.schur_chains runs as resources.schur_chain_segments of its 4 boundaries says (2 jobs {chain}.s0,
+    {chain}.s1 for the costliest class, one {chain} job for a chain of at most half its cost), each asking for
+    its prefix and own steps (schur_chain_runtime_min with its segment, at most the whole chain's) and the
+    chain's memory; the gather reads every chain's jobs, in order, and checks each chain against its count."""
     from schema_defaults import SPECTRA
 
     from layergeom import resources as R
@@ -580,14 +608,21 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
     spectra = SPECTRA | {"boundaries_per_job": 1, "chain_segments": 2}
     jobs = _jobs(tmp_path, {"spectra": {"boundaries_per_job": 1, "chain_segments": 2}}, d)
     gpt2 = [j for j in jobs if j["wildcards"].get("model") == "tiny-gpt2"]
-    plan = schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])
-    want = {}
+    plan = schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"], order_alphas=SPECTRA["schur_order_alphas"])
+    want, names = {}, []
+    longest = max(R.schur_chain_seconds(d, nb, spectra, c) for c in plan)
     for c in plan:
         segs = R.schur_chain_segments(nb, spectra, c)
-        assert len(segs) == 2 and segs[0][0] == 0 and segs[0][1] == segs[1][0] and segs[1][1] == nb
-        want |= {f"{schur_chain_name(c)}.s{k}": (c, seg) for k, seg in enumerate(segs)}
+        one = R.schur_chain_seconds(d, nb, spectra, c)
+        assert len(segs) == (2 if one > longest / 2 else 1), (c, one, longest)
+        assert segs[0][0] == 0 and segs[-1][1] == nb and all(a[1] == b[0] for a, b in zip(segs, segs[1:]))
+        for k, seg in enumerate(segs):
+            name = f"{schur_chain_name(c)}.s{k}" if len(segs) > 1 else schur_chain_name(c)
+            want[name] = (c, seg if len(segs) > 1 else None)
+            names.append(name)
+    assert {len(R.schur_chain_segments(nb, spectra, c)) for c in plan} == {1, 2}  # both kinds at RATES
     got = {j["wildcards"]["chain"]: j for j in gpt2 if j["rule"] == "spectra_schur_chain"}
-    assert sorted(got) == sorted(want) and len(got) == 2 * len(plan)
+    assert sorted(got) == sorted(want)
     out = "results/tiny-gpt2/init"
     for name, j in got.items():
         chain, seg = want[name]
@@ -597,20 +632,20 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
         assert res["runtime"] <= R.schur_chain_runtime_min(d, nb, spectra, chain)  # (both at least MIN_MINUTES)
         assert j["output"] == [f"{out}/parts/schur/chains/{name}.pkl"]
     (gather,) = [j for j in gpt2 if j["rule"] == "spectra_schur_gather"]
-    assert gather["input"][nb:] == [f"{out}/parts/schur/chains/{schur_chain_name(c)}.s{k}.pkl"
-                                    for c in plan for k in range(2)]  # fmt: skip
+    assert gather["input"][nb:] == [f"{out}/parts/schur/chains/{n}.pkl" for n in names]
     for other in ("tiny-neox", "tiny-llama"):  # not fanned out: the key does nothing
         assert {r for r, _ in _schur_jobs(jobs, other)} == {"spectra_schur"}
     # priorities: a chain job's is its seconds as bench_long_jobs' critical path counts them from the d = 4096
-    # measurements (the advance-only step × its prefix + the class's step × its own depths; this d, K and number
-    # of α < 1 are those measured), so the longest start first; every prep outranks every chain job
+    # measurements (its base's advance-only step × its prefix + its class's step × its own depths; this d, K and
+    # order α are those measured), so the longest start first; every prep outranks every chain job
     bench = json.loads((ROOT / "bench" / "results" / "long_jobs.json").read_text())
     m = bench["results"]["spectra_schur_chains"][str(d)]
-    assert m["K"] == SPECTRA["schur_ci_blocks"] and sum(a < 1 for a in SPECTRA["alphas"]) == 4
+    assert m["K"] == SPECTRA["schur_ci_blocks"] and m["order_alphas"] == [0.0] and SPECTRA["schur_order_alphas"] is None
     prio, seconds = {name: float(j["priority"]) for name, j in got.items()}, {}
-    for name, (chain, (start, end)) in want.items():
-        cls = R.schur_chain_class(spectra, chain)
-        seconds[name] = start * m["advance_s"][cls] + (end - start) * m["step_s"][cls]
+    for name, (chain, seg) in want.items():
+        start, end = seg or (0, nb)
+        cls, base = R.schur_chain_class(spectra, chain), R.schur_chain_base(spectra, chain)
+        seconds[name] = start * m["advance_s"][base] + (end - start) * m["step_s"][cls]
         assert prio[name] == pytest.approx(seconds[name], rel=0.01), (name, prio[name], seconds[name])
     # a prep's: its block's (one boundary) measured seconds + the longest chain job's, above every chain job
     preps = [float(j["priority"]) for j in gpt2 if j["rule"] == "spectra_schur_prep"]
@@ -619,11 +654,22 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
 
 @pytest.mark.dag
 def test_a_fanned_run_writes_the_one_jobs_schur_bytes_with_chain_segments(tmp_path):
-    """tiny-gpt2's schur.tsv through the one job, then (moved aside) through its preps, every chain as 2
-    segment jobs and the gather, the scripts as the rules call them, in the same folder: only those run, and
-    the table is the same bytes. Two α below 1 and one random order keep it to 24 chain jobs."""
+    """tiny-gpt2's schur.tsv through the one job, then (moved aside) through its preps, every chain as its
+    segment jobs (spectra.chain_segments 2: 2 for the costliest chains, one for those of at most half their cost)
+    and the gather, the scripts as the rules call them, in the same folder: only those run, and the table is the
+    same bytes. Two α below 1 and one random order keep it to 11 chains."""
+    from schema_defaults import SPECTRA
+
+    from layergeom import resources as R
+    from layergeom.spectral.settings import schur_chain_name, schur_chains
+
     target = "results/tiny-gpt2/init/schur.tsv"
     small = {"alphas": [0, 0.5, 1], "schur_orders": 1}
+    spectra = SPECTRA | small | {"chain_segments": 2}
+    want = []
+    for c in schur_chains(small["alphas"], small["schur_orders"], order_alphas=None):
+        n = len(R.schur_chain_segments(4, spectra, c))
+        want += [f"{schur_chain_name(c)}.s{k}" for k in range(n)] if n > 1 else [schur_chain_name(c)]
     run, one = tmp_path / "run", tmp_path / "one"  # run: _jobs' folder
     _jobs(tmp_path, {"spectra": small}, target=target)  # writes tmp_path/config.yaml
     snakemake(run, target, config=tmp_path / "config.yaml")
@@ -632,10 +678,12 @@ def test_a_fanned_run_writes_the_one_jobs_schur_bytes_with_chain_segments(tmp_pa
     (out / "schur.tsv").rename(one / "schur.tsv")
     fanned = _jobs(tmp_path, {"spectra": small | {"boundaries_per_job": 1, "chain_segments": 2}}, target=target)
     chains = sorted(j["wildcards"]["chain"] for j in fanned if j["rule"] == "spectra_schur_chain")
-    assert len(chains) == 24 and all(re.search(r"\.s[01]$", c) for c in chains), chains
+    assert chains == sorted(want) and len(want) > 11 and any(re.search(r"\.s1$", c) for c in chains), chains
     res = snakemake(run, target, config=tmp_path / "config.yaml")
     ran = re.findall(r"Rule: (spectra_schur\w*)", res.stdout + res.stderr)
-    assert sorted(ran) == sorted(["spectra_schur_gather"] + ["spectra_schur_prep"] * 4 + ["spectra_schur_chain"] * 24)
+    assert sorted(ran) == sorted(
+        ["spectra_schur_gather"] + ["spectra_schur_prep"] * 4 + ["spectra_schur_chain"] * len(want)
+    )
     assert (out / "schur.tsv").read_bytes() == (one / "schur.tsv").read_bytes()
 
 

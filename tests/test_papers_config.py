@@ -21,8 +21,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from layergeom import config as lgconfig  # noqa: E402
 from layergeom.modelinfo import complete_model  # noqa: E402
 from layergeom.names import boundaries_for  # noqa: E402
-from layergeom.resources import MIN_MB, UNKNOWN_MINUTES, convergence_subsets  # noqa: E402
+from layergeom.resources import MIN_MB, UNKNOWN_MINUTES, convergence_subsets, schur_chain_segments  # noqa: E402
 from layergeom.runtime import LayergeomError  # noqa: E402
+from layergeom.spectral.settings import schur_chains  # noqa: E402
 
 #: the papers' 8B checkpoints (Paper B at d = 4096), whose spectral and topology work must fan out
 PAPERS_8B = ("llama-3.1-8b", "olmo-3-7b")
@@ -132,7 +133,8 @@ def test_d_model_contradicting_config_is_refused():
 
 
 def _counts(papers: dict) -> dict:
-    """What the papers' fan-out implies per model: checkpoints, boundaries, blocks and convergence subsets."""
+    """What the papers' fan-out implies per model: checkpoints, boundaries, blocks, convergence subsets and Schur
+    chain jobs (each chain's segments: spectra.chain_segments for the costliest, fewer for cheaper ones)."""
     cfg = lgconfig.validate(copy.deepcopy(papers))
     n = cfg["spectra"]["boundaries_per_job"]
     out = {}
@@ -140,7 +142,10 @@ def _counts(papers: dict) -> dict:
         spectra = lgconfig.model_section(cfg, m, "spectra")
         B = len(boundaries_for(mc["family"], mc["n_layers"]))
         subsets = convergence_subsets(spectra["n_groups"], B, spectra)
-        out[m] = {"ck": len(mc["checkpoints"]), "B": B, "blocks": math.ceil(B / n), "subsets": subsets}
+        plan = schur_chains(spectra["alphas"], spectra["schur_orders"], order_alphas=spectra["schur_order_alphas"])
+        chains = sum(len(schur_chain_segments(B, spectra, c)) for c in plan)
+        out[m] = {"ck": len(mc["checkpoints"]), "B": B, "blocks": math.ceil(B / n), "subsets": subsets,
+                  "chains": chains, "plan": len(plan)}  # fmt: skip
     return out
 
 
@@ -168,8 +173,10 @@ def test_papers_dag_fans_out_offline(papers, papers_dry_run):
     assert stats["spectra_table_part"] == stats["spectra_schur_prep"] == blocks
     assert stats["spectra_cumulative_variant"] == 2 * per_checkpoint  # update, full
     assert stats["spectra_convergence_subset"] == sum(n_ck[m] * c["subsets"] for m, c in counts.items())
-    chains = stats["spectra_schur_chain"]  # the same chains for every checkpoint, each in chain_segments jobs
-    assert chains % per_checkpoint == 0 and chains >= papers["spectra"]["chain_segments"] * per_checkpoint
+    # each checkpoint's chains, each as its segment jobs: more jobs than chains where the config splits them
+    assert stats["spectra_schur_chain"] == sum(n_ck[m] * c["chains"] for m, c in counts.items())
+    if papers["spectra"]["chain_segments"] > 1:
+        assert all(c["chains"] > c["plan"] for c in counts.values())
     for m, c in counts.items():
         rule = re.sub(r"[^A-Za-z0-9_]", "_", m)
         assert stats[f"spectra_jacobians_{rule}"] == n_ck[m], m  # one rule per model, every boundary's file

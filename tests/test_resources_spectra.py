@@ -70,20 +70,21 @@ def schur_final_state(full: dict, d: int = 10) -> dict:
     schur_surgery(
         mats, alphas=full["alphas"], orders=full["schur_orders"], deviations=devs if K else None,
         weights=np.full(K, 1 / K) if K else None, ci_controls=full["schur_ci_controls"],
-        snapshots=snap, seed=SEED, sr_k=SPECTRA["sr_k"], tol=tol(d),
+        order_alphas=full["schur_order_alphas"], snapshots=snap, seed=SEED, sr_k=SPECTRA["sr_k"], tol=tol(d),
         boundary_metrics=SPECTRA["schur_boundary_metrics"], ci_level=SPECTRA["ci_level"],
     )  # fmt: skip
     return snap.states[-1]
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [
-        {},
-        {"alphas": [0, 0.5, 1], "schur_orders": 2, "schur_ci_blocks": 3, "schur_ci_controls": ["none", "random"]},
-        {"alphas": [0.25, 1], "schur_orders": 0, "schur_ci_blocks": 0},
-    ],
-)
+SCHUR_SETTINGS = [
+    {},
+    {"alphas": [0, 0.5, 1], "schur_orders": 2, "schur_ci_blocks": 3, "schur_ci_controls": ["none", "random"]},
+    {"alphas": [0, 0.5, 0.75, 1], "schur_orders": 2, "schur_order_alphas": [0.75, 0, 0.5]},  # three order α
+    {"alphas": [0.25, 1], "schur_orders": 0, "schur_ci_blocks": 0},
+]
+
+
+@pytest.mark.parametrize("settings", SCHUR_SETTINGS)
 def test_schur_state_model_counts_what_schur_surgery_holds(settings):
     """The products and tangents ``schur_surgery`` carries from boundary to boundary (its snapshot state) are
     exactly the d² terms of ``schur_chains`` in ``spectra_bytes``."""
@@ -98,30 +99,23 @@ def test_schur_state_model_counts_what_schur_surgery_holds(settings):
     assert R.spectra_bytes("spectra_schur", d, 16, full) > held  # the state is part of the peak
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [
-        {},
-        {"alphas": [0, 0.5, 1], "schur_orders": 2, "schur_ci_blocks": 3, "schur_ci_controls": ["none", "random"]},
-        {"alphas": [0.25, 1], "schur_orders": 0, "schur_ci_blocks": 0},
-    ],
-)
+@pytest.mark.parametrize("settings", SCHUR_SETTINGS)
 def test_each_schur_chain_jobs_state_is_its_share_of_the_single_jobs(settings):
     """A fanned-out chain job carries its own products only: the state ``schur_chain_steps`` counts for each
     chain of ``schur_chains`` is exactly what ``schur_surgery`` holds for it, the chains together hold the
     single job's state, and a chain job asks for less memory than the single job."""
-    from layergeom.spectral.settings import schur_chains
+    from layergeom.spectral.settings import SCHUR_VARIANTS, schur_chains, schur_order_alphas
 
     full = SPECTRA | settings
     d = 10
     state = schur_final_state(full, d)
-    alphas = [a for a in dict.fromkeys(float(a) for a in full["alphas"]) if a < 1]
+    spread = schur_order_alphas(full["alphas"], full["schur_order_alphas"])
     total = 0
-    for chain in schur_chains(full["alphas"], full["schur_orders"]):
+    for chain in schur_chains(full["alphas"], full["schur_orders"], order_alphas=full["schur_order_alphas"]):
         if chain[0] == "run":
             held = array_bytes(state["chains"][chain[1:]])
-        else:
-            held = array_bytes([state["orders"][chain[1], a, chain[2]] for a in alphas])
+        else:  # one order: both variants at every α of the spread
+            held = array_bytes([state["orders"][v, a, chain[1]] for v in SCHUR_VARIANTS for a in spread])
         assert held == R.schur_chain_steps(full, chain)["state"] * d * d, chain
         assert R.schur_chain_bytes(d, 16, full, chain) > held
         assert R.schur_chain_bytes(4096, 16, full, chain) < R.spectra_bytes("spectra_schur", 4096, 16, full)
@@ -138,13 +132,10 @@ def test_schur_prep_and_chain_runtimes_share_the_single_jobs():
     d, nb, G = 4096, 64, 16
     single = R.spectra_runtime_min("spectra_schur", d, nb, G, SPECTRA)
     assert R.spectra_runtime_min("spectra_schur_prep", d, 8, G, SPECTRA) <= -(-single // 8) + 1
-    chains = [
-        R.schur_chain_runtime_min(d, nb, SPECTRA, c) for c in schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])
-    ]
+    plan = schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"], order_alphas=SPECTRA["schur_order_alphas"])
+    chains = [R.schur_chain_runtime_min(d, nb, SPECTRA, c) for c in plan]
     assert max(chains) < single
-    steps = sum(
-        R.schur_chain_steps(SPECTRA, c)["steps"] for c in schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])
-    )
+    steps = sum(R.schur_chain_steps(SPECTRA, c)["steps"] for c in plan)
     ch = R.schur_settings_chains(SPECTRA)
     assert steps == ch["real"] + ch["complex"] + ch["orders"]  # every product of the single job, once
 
@@ -153,16 +144,17 @@ def _long_jobs():
     """bench/bench_long_jobs.py's d = 4096 measurements and the settings it ran with (config/papers.yaml's)."""
     long = json.loads((ROOT / "bench" / "results" / "long_jobs.json").read_text())
     c = long["config"]
-    spectra = SPECTRA | {k: c[k] for k in ("alphas", "schur_ci_blocks", "schur_ci_controls", "convergence_sizes")}
-    return long, int(long["d"]), spectra
+    keys = ("alphas", "schur_orders", "schur_order_alphas", "schur_ci_blocks", "schur_ci_controls", "convergence_sizes")
+    return long, int(long["d"]), SPECTRA | {k: c[k] for k in keys}
 
 
 def test_runtimes_at_d4096_cover_the_measured_jobs():
     """A job that asks for less time than it takes is killed at its limit: at d = 4096 every spectral job's runtime
     (64 boundaries, or a block of 4) is at least bench_long_jobs' measured time for it on this machine
-    (bench/results/long_jobs.json): table, cumulative, the Schur prep and each chain's cost class (whole, and as
-    spectra.chain_segments 2 or 3 segments: their advance-only prefix and own steps), every convergence subset
-    size, the single Schur and convergence jobs and the topology graph job."""
+    (bench/results/long_jobs.json): table, cumulative (one job, and each variant's), the Schur prep and each
+    chain's cost class (whole, and as spectra.chain_segments 2, 3 and 4 split it: each segment's advance-only
+    prefix and own steps), every convergence subset size, the single Schur and convergence jobs and the topology
+    graph job."""
     from layergeom.spectral.settings import schur_chains
 
     long, d, s = _long_jobs()
@@ -172,28 +164,25 @@ def test_runtimes_at_d4096_cover_the_measured_jobs():
                "spectra_schur": res["spectra_schur_chains"][str(d)]["boundary_s"]}  # fmt: skip
     for stage, sec in minutes.items():
         assert R.spectra_runtime_min(stage, d, nb, G, s) * 60 >= nb * sec, stage
+    cum = res["spectra_cumulative"][str(d)]
+    for v, sec in cum["variant_s"].items():
+        assert R.cumulative_variant_runtime_min(d, nb, v) * 60 >= nb * sec, v
+        assert R.cumulative_variant_runtime_min(d, nb) >= R.cumulative_variant_runtime_min(d, nb, v)
     sch = res["spectra_schur_chains"][str(d)]
     assert R.spectra_runtime_min("spectra_schur_prep", d, 4, G, s) * 60 >= 4 * sch["prep_s"]
     classes = set()
-    for chain in schur_chains(s["alphas"], s["schur_orders"]):
-        steps = R.schur_chain_steps(s, chain)
-        if chain[0] == "order":
-            cls = "order"
-        elif (chain[2], chain[3]) == (1.0, "none"):
-            cls = "real"
-        else:
-            cls = "tangents" if steps["tangents"] else "plain"
+    for chain in schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"]):
+        cls, base = R.schur_chain_class(s, chain), R.schur_chain_base(s, chain)
         classes.add(cls)
-        assert R.schur_chain_class(s, chain) == cls
         assert R.schur_chain_runtime_min(d, nb, s, chain) * 60 >= nb * sch["step_s"][cls], chain
-        for S in (2, 3):  # spectra.chain_segments: each segment's prefix (advance-only steps) and own steps
+        for S in (2, 3, 4):  # spectra.chain_segments: each segment's prefix (advance-only steps) and own steps
             seg_s = s | {"chain_segments": S}
             segments = R.schur_chain_segments(nb, seg_s, chain)
-            assert len(segments) == S and segments[-1][1] == nb
+            assert 1 <= len(segments) <= S and segments[0][0] == 0 and segments[-1][1] == nb
             for start, end in segments:
-                took = start * sch["advance_s"][cls] + (end - start) * sch["step_s"][cls]
+                took = start * sch["advance_s"][base] + (end - start) * sch["step_s"][cls]
                 assert R.schur_chain_runtime_min(d, nb, seg_s, chain, (start, end)) * 60 >= took, (chain, start)
-    assert classes == set(sch["step_s"]) == set(sch["advance_s"])
+    assert classes == set(sch["step_s"]) and {c.split("_")[0] for c in classes} == set(sch["advance_s"])
     conv = res["spectra_convergence"][str(d)]
     n_edge = R.convergence_counts(G, nb, s)[1]
     total = 0.0
@@ -205,6 +194,61 @@ def test_runtimes_at_d4096_cover_the_measured_jobs():
     assert R.spectra_runtime_min("spectra_convergence", d, nb, G, s) * 60 >= total
     topo = res["topology_graph"][str(d)]
     assert R.topology_graph_runtime_min(d, topo["tokens"], nb) * 60 >= nb * topo["boundary_s"]
+
+
+def test_schur_step_rates_are_the_benchs_classes():
+    """RATES["schur_steps"] are bench_long_jobs' d = 4096 seconds per d³ (resources_rates.anchor_rates, rounded up
+    to 3 digits): each run class's step and its base's advance-only step, an order's parts (J₀^π, each variant's
+    step per α); a chain's modelled step (``schur_chain_seconds`` per boundary) is its class's measured step, an
+    order's J₀^π plus both variants at each of its α."""
+    from layergeom.spectral.settings import schur_chains
+
+    long, d, s = _long_jobs()
+    sch, rate = long["results"]["spectra_schur_chains"][str(d)], R.RATES["schur_steps"]
+    assert (rate["d"], rate["K"]) == (d, sch["K"])
+    o = sch["order_s"]
+    measured = {c: v for c, v in sch["step_s"].items() if c != "order"} | {"prep": sch["prep_s"]}
+    measured |= {"order_basis": o["basis"], "order_update": o["update"], "order_full": o["full"]}
+    measured |= {f"advance_{b}": v for b, v in sch["advance_s"].items() if b != "order"}
+    for key, sec in measured.items():
+        assert sec / d**3 <= rate[key] <= sec / d**3 * 1.01, key
+    n = len(sch["order_alphas"])
+    for chain in schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"]):
+        got = R.schur_chain_seconds(d, 1, s, chain)
+        assert got == pytest.approx(sch["step_s"][R.schur_chain_class(s, chain)], rel=0.01), chain
+        if chain[0] == "order":
+            assert got == pytest.approx(o["basis"] + n * (o["update"] + o["full"]), rel=0.01)
+
+
+def test_chain_segments_follow_each_chains_cost(monkeypatch):
+    """spectra.chain_segments S splits the costliest chains into S jobs and a cheaper one into
+    ceil(S · its step / the costliest's) (at least 1; a share of exactly 1/2 at S = 2 is one job), whatever d: on
+    made-up rates (orders 1, tangents 0.5, plain 0.2, J̄ itself 0.1 per d³) S = 4 gives 4, 2, 1, 1 segments and
+    S = 2 gives 2, 1, 1, 1; the prefix fraction is the advance-only rate over the step's."""
+    from layergeom.spectral.settings import schur_chains
+
+    fake = dict(R.RATES["schur_steps"], order_basis=0.2, order_update=0.4, order_full=0.4, tangents_update=0.5,
+                tangents_full=0.5, plain_update=0.2, plain_full=0.2, real_update=0.1, real_full=0.1,
+                advance_order=0.5, advance_tangents=0.25, advance_plain=0.1, advance_real=0.05, K=4)  # fmt: skip
+    monkeypatch.setitem(R.RATES, "schur_steps", fake)
+    s = SPECTRA | {"schur_ci_blocks": 4, "schur_ci_controls": ["none"], "schur_order_alphas": None}
+    plan = schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"])
+    want = {
+        4: {"order": 4, "tangents": 2, "plain": 1, "real": 1},
+        2: {"order": 2, "tangents": 1, "plain": 1, "real": 1},
+    }
+    for S, counts in want.items():
+        seg_s = s | {"chain_segments": S}
+        assert {R.schur_chain_base(seg_s, c) for c in plan} == set(counts)
+        for chain in plan:
+            n = counts[R.schur_chain_base(seg_s, chain)]
+            assert R.schur_segment_count(seg_s, chain) == n, (S, chain)
+            segs = R.schur_chain_segments(64, seg_s, chain)
+            assert len(segs) == n and segs[0][0] == 0 and segs[-1][1] == 64
+            assert all(a[1] == b[0] for a, b in zip(segs, segs[1:]))
+        assert R.schur_prefix_fraction(seg_s, ("order", 0)) == 0.5  # 0.5 / (0.2 + 0.8)
+        assert R.schur_prefix_fraction(seg_s, ("run", "full", 0.5, "none")) == 0.5
+    assert R.schur_segment_count(s | {"chain_segments": 1}, ("order", 0)) == 1
 
 
 def test_cumulative_state_model_counts_what_cumulative_rows_holds():
@@ -224,13 +268,14 @@ def test_cumulative_state_model_counts_what_cumulative_rows_holds():
 
 
 def test_schur_state_at_d4096():
-    """At d = 4096 with the schema's defaults the Schur state alone is 1584·d² bytes (26.6 GB), above the 9.6 GB
-    the issue quotes; the job asks for more than it, and every stage's request grows with d."""
+    """At d = 4096 with the schema's defaults the Schur state alone is 816·d² bytes (13.7 GB): two variants' real
+    product of J̄ and 8 complex ones, their tangents, and 8 orders' products at α = 0 (schur_order_alphas null);
+    the job asks for more than it, and every stage's request grows with d."""
     ch = R.schur_settings_chains(SPECTRA)
     state = (8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]) + 16 * ch[
         "orders"
     ]
-    assert state == 2 * (8 + 8 * 16) + 2 * 4 * (4 + 4 * 8) + 2 * 4 * 8 * 16  # counted by hand from schur_surgery
+    assert state == 2 * (8 + 8 * 16) + 2 * 4 * (4 + 4 * 8) + 2 * 8 * 1 * 16  # counted by hand from schur_surgery
     assert R.spectra_mem_mb("spectra_schur", 4096, 16, SPECTRA, 64) > state * 4096**2 / 1e6 > 9600
     for stage in ("spectra_table", "spectra_cumulative", "spectra_schur", "spectra_convergence"):
         small, large = (R.spectra_mem_mb(stage, d, 16, SPECTRA, 64) for d in (576, 4096))
@@ -377,12 +422,17 @@ def test_convergence_sizes_are_numpys_geometric_sizes():
     assert convergence_sizes(8, [1, 4, 32, 4]) == [4, 8]
 
 
-def test_the_chain_wave_starts_the_longest_first_and_shortest_first_ends_later():
-    """bench_long_jobs' wave model of the Schur chain jobs (the priorities' order against the worst one), on a
-    hand-worked case: jobs 3, 1, 1, 1 on 2 slots from t = 0 end at 3 longest first (3 on one slot, the 1s on the
-    other) and at 4 shortest first (the 3 starts at t = 1 after two 1s)."""
+def test_the_schedule_starts_the_preps_then_the_longest_chains_first():
+    """bench_long_jobs' list schedule of a fanned-out checkpoint (the workflow's priorities) on hand-worked cases:
+    chain jobs 3, 1, 1, 1 on 2 slots end at 3 longest first (3 on one slot, the 1s on the other) and at 4
+    shortest first (the 3 starts at t = 1 after two 1s); with a prep of 5 and a job of 7 beside it, the chains
+    wait for the prep: the 3 runs 5–8, the 1s 7–8, 8–9 and 8–9; a job of priority 0 still waiting when the prep
+    ends waits for the chains (a 1 after them: 9–10); a prep waits for a slot, and the chains for it."""
     bench = load_script(ROOT / "bench" / "bench_long_jobs.py")
-    assert bench.chain_wave_s([1, 3, 1, 1], 0.0, [], 2) == 3
-    assert bench.chain_wave_s([1, 3, 1, 1], 0.0, [], 2, longest_first=False) == 4
-    # released at 5 with one slot held until 7 (a job through depth): the 3 runs 5–8, the 1s 7–8, 8–9 and 8–9
-    assert bench.chain_wave_s([1, 3, 1, 1], 5.0, [7.0], 2) == 9
+    assert bench.schedule_s([], [], [1, 3, 1, 1], 2) == (3, 3)
+    assert bench.schedule_s([], [], [1, 3, 1, 1], 2, longest_first=False) == (4, 4)
+    assert bench.schedule_s([5.0], [7.0], [1, 3, 1, 1], 2) == (9, 9)
+    assert bench.schedule_s([5.0], [7.0, 1.0], [1, 3, 1, 1], 2) == (10, 9)
+    assert bench.schedule_s([2.0, 2.0, 2.0], [], [1.0], 2) == (5, 5)
+    # the smallest block whose first wave fits: 64 boundaries, 6 jobs through depth, 64 slots: n = 4 (16 blocks)
+    assert bench.first_wave_n(64, 6, 64) == 4 and bench.first_wave_n(64, 6, 200) == 1

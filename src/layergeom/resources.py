@@ -15,11 +15,13 @@ boundaries at rates measured by ``bench/resources_rates.py`` (section below; doc
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from .spectral.settings import chain_segment_bounds, convergence_sizes
+from .spectral.settings import chain_segment_bounds, convergence_sizes, schur_order_alphas
+from .spectral.settings import schur_chains as schur_chain_plan
 
 #: bytes per element of each safetensors dtype code and of each models.<m>.dtype
 DTYPE_BYTES = {
@@ -118,10 +120,16 @@ GATHER_MINUTES = MIN_MINUTES
 #: falls short. ``convergence_groups``: (offset_plain, offset_edge, mean_size): a subset size S's share of a
 #: convergence rate is (S + offset)/(mean_size + offset) (the rates are means over the bench's sizes, the
 #: offsets from an upper envelope of its d = 4096 seconds per size); ``convergence_final``: the final
-#: boundary's erank SVDs per size; ``schur_steps``: seconds per d³ at width d with K tangents of a Schur prep per
-#: boundary and of one chain step per cost class (an order's per α < 1), and ``advance_<class>`` the same step's
-#: products alone (a chain segment's prefix, spectra.chain_segments). A node with more threads and less load
-#: is faster, so these are upper bounds.
+#: boundary's erank SVDs per size; ``cumulative_variants``: each variant's share of the cumulative table's d³
+#: term (its job's step at d = 4096 less the deviations); ``schur_steps``: seconds per d³ at width d with K tangents (``schur_chain_class``,
+#: bench/bench_long_jobs.py): ``prep`` a Schur prep per boundary (the mean of an attention and an MLP boundary);
+#: a run chain's step per class and variant, ``{real|tangents|plain}_{update|full}`` (the `update` products
+#: through the certified low-rank singular values where they hold, ``linalg.certified_svd``); an order chain's
+#: step in parts, ``order_basis`` (its reordered normal part J₀^π) and per α of spectra.schur_order_alphas
+#: ``order_update`` and ``order_full`` (a product and its singular values); and the products alone (a chain
+#: segment's prefix, spectra.chain_segments), ``advance_{real|tangents|plain}`` (the same for both variants) and
+#: ``advance_order`` (J₀^π and both variants' products at one α). A node with more threads and less load is
+#: faster, so these are upper bounds.
 RATES = {
     "spectra_table": (9.59e-06, 0.0),
     "spectra_cumulative": (4.22e-06, 1.52e-09),
@@ -132,6 +140,7 @@ RATES = {
     "coupling_perm_d": 5.62e-08,
     "convergence_groups": (5.8, 46.1, 7.5),
     "convergence_final": (0.0, 6.64e-10),
+    "cumulative_variants": {"full": 0.5, "update": 0.5},
     "schur_steps": {
         "K": 4,
         "d": 4096,
@@ -139,23 +148,30 @@ RATES = {
         "advance_plain": 9.82e-11,
         "advance_real": 1.2e-10,
         "advance_tangents": 4.59e-10,
-        "order": 4.08e-10,
-        "plain": 4.61e-10,
+        "order_basis": 1.0e-10,
+        "order_full": 4.08e-10,
+        "order_update": 4.08e-10,
+        "plain_full": 4.61e-10,
+        "plain_update": 4.61e-10,
         "prep": 7.46e-09,
-        "real": 6.11e-10,
-        "tangents": 1.66e-09,
+        "real_full": 6.11e-10,
+        "real_update": 6.11e-10,
+        "tangents_full": 1.66e-09,
+        "tangents_update": 1.66e-09,
     },  # fmt: skip
 }
 
 
-#: the Schur settings RATES["spectra_schur"] was measured at (bench/resources_rates.py); a grid with more products
-#: scales the rate by their count
-RATES_SCHUR_GRID = {"alphas": (0.0, 0.25, 0.5, 0.75, 1.0), "orders": 8, "ci_blocks": 4, "ci_controls": ("none",)}
+#: the Schur settings RATES["spectra_schur"] was measured at (bench/resources_rates.py: the schema's defaults); a
+#: grid with more products scales the rate by their count
+RATES_SCHUR_GRID = {"alphas": (0.0, 0.25, 0.5, 0.75, 1.0), "orders": 8, "ci_blocks": 4, "ci_controls": ("none",),
+                    "order_alphas": None}  # fmt: skip
 
 
 def schur_settings_chains(s: dict) -> dict:
     """:func:`schur_chains` of a spectra section."""
-    return schur_chains(s["alphas"], s["schur_orders"], s["schur_ci_blocks"], s["schur_ci_controls"])
+    return schur_chains(s["alphas"], s["schur_orders"], s["schur_ci_blocks"], s["schur_ci_controls"],
+                        order_alphas=s.get("schur_order_alphas"))  # fmt: skip
 
 
 def boundary_seconds(stage: str, d: int) -> float:
@@ -195,9 +211,11 @@ def _minutes(seconds: float) -> int:
     return int(max(MIN_MINUTES, -(-(SAFETY * seconds / 60.0) // 1)))
 
 
-def schur_chains(alphas, orders: int, ci_blocks: int, ci_controls, variants: int = 2) -> dict:
+def schur_chains(alphas, orders: int, ci_blocks: int, ci_controls, variants: int = 2, order_alphas=None) -> dict:
     """What ``schur_surgery`` composes, per cumulative variant: real and complex products C, their float32 and
-    complex64 tangents (K = ci_blocks each), and the products of the random orders (complex, no tangents)."""
+    complex64 tangents (K = ci_blocks each), and the products of the random orders (complex, no tangents: one per
+    order and α of ``settings.schur_order_alphas``)."""
+    spread = schur_order_alphas(alphas, order_alphas)
     alphas = sorted({float(a) for a in alphas})
     runs = [(a, c) for c in ("none", "random") for a in alphas if not (a == 0 and c == "random")]
     real = [r for r in runs if r == (1.0, "none")]  # α = 1, own N: J̄ itself, composed in real arithmetic
@@ -208,7 +226,7 @@ def schur_chains(alphas, orders: int, ci_blocks: int, ci_controls, variants: int
         "complex": variants * (len(runs) - len(real)),
         "real_tangents": variants * K * sum(1 for r in tangents if r == (1.0, "none")),
         "complex_tangents": variants * K * sum(1 for r in tangents if r != (1.0, "none")),
-        "orders": variants * int(orders) * sum(1 for a in alphas if a < 1),
+        "orders": variants * int(orders) * len(spread),
     }
 
 
@@ -265,22 +283,31 @@ def schur_boundary_d2(spectra: dict, n_groups: int) -> float:
     s = spectra
     Ks = int(s["schur_ci_blocks"] or 0)
     Ks = min(Ks, int(n_groups)) if Ks else 0
-    # J̄'s decomposition (dropped after its metrics), the Schur form Q, T, N, J₀, J − J₀, N', Q N' Qᴴ and the order
-    # sampler's J₀ parts (≈ 10 complex), one reordering J₀^π and its M (2), Δ_k, the tangent δJ₀ (and the
-    # rotations W for a random control with intervals), dM and the chain step's three complex64 K-stacks, the
-    # complex SVD of C or of Λ + αN (U, Vh, workspace ≈ 4 complex)
-    rot = 8 * Ks if "random" in set(s["schur_ci_controls"]) else 0
-    return 8 + 16 * 10 + 16 * 2 + 4 * Ks + 8 * Ks + rot + 2 * 8 * Ks + 3 * 8 * Ks + 16 * 4
+    # J̄'s decomposition (dropped after its metrics), the Schur form Q, T, N, J₀, J − J₀, N', the control's canonical
+    # basis Q_c and R' = Q_c N' Q_cᴴ and the order sampler's J₀ parts (≈ 11 complex), one reordering J₀^π and its M
+    # (2), Δ_k, the tangent δJ₀ (and for a random control with intervals the rotations W and δR', both K-stacks
+    # while δR' is formed), dM and the chain step's three complex64 K-stacks, the complex SVD of C or of Λ + αN
+    # (U, Vh, workspace ≈ 4 complex; the certified low-rank route of an `update` product holds about as much: its
+    # residual, basis and projection, freed before a fallback SVD)
+    rot = 2 * 8 * Ks if "random" in set(s["schur_ci_controls"]) else 0
+    return 8 + 16 * 11 + 16 * 2 + 4 * Ks + 8 * Ks + rot + 2 * 8 * Ks + 3 * 8 * Ks + 16 * 4
+
+
+def schur_order_count(spectra: dict) -> int:
+    """The α at which the random orders are composed (``settings.schur_order_alphas`` of the section)."""
+    return len(schur_order_alphas(spectra["alphas"], spectra.get("schur_order_alphas")))
 
 
 def schur_chain_steps(spectra: dict, chain: tuple) -> dict:
     """What one chain job of the fanned-out Schur surgery composes (a chain of ``settings.schur_chains``): its
-    products' state in bytes per d² (``state``), its chain steps per boundary (``steps``) and whether it reads the
-    replicates' deviations and the Schur form's tangents (``deviations``, ``tangents``: 0 or 1)."""
+    products' state in bytes per d² (``state``), its chain steps per boundary (``steps``: a product and its
+    singular values each) and whether it reads the replicates' deviations and the Schur form's tangents
+    (``deviations``, ``tangents``: 0 or 1). An order ("order", k) composes both variants at every α of
+    ``schur_order_alphas`` from one reordered normal part: 2·n_α complex products."""
     s = spectra
     K = int(s["schur_ci_blocks"] or 0)
     if chain[0] == "order":
-        n = sum(1 for a in {float(a) for a in s["alphas"]} if a < 1)
+        n = 2 * schur_order_count(s)
         return {"state": 16 * n, "steps": n, "deviations": 0, "tangents": 0}
     _, _, a, c = chain
     ci = int(bool(K) and (c in set(s["schur_ci_controls"]) or a == 0))
@@ -290,18 +317,19 @@ def schur_chain_steps(spectra: dict, chain: tuple) -> dict:
 
 
 def schur_chain_bytes(d: int, n_groups: int, spectra: dict, chain: tuple) -> float:
-    """Peak bytes of one chain job: its products (``schur_chain_steps``) and one boundary's operators read back
-    from the prep (Q, N, J₀, R or N' and Q N' Qᴴ, M: 6 complex; an order's sampler T11, Y, J₀ parts, Z, J₀^π:
-    6 more), J̄, the complex SVD of C (≈ 4 complex), and with an interval the group means (mapped), Δ_k, δJ₀,
-    the rotations W (a random control), dM and the step's three complex64 K-stacks."""
+    """Peak bytes of one chain job: its products (``schur_chain_steps``) and one boundary's operators rebuilt from
+    the prep (Q, N, J₀, R = J̄ − J₀ or the prep's R', M: 5 complex; an order's sampler T11, Y, the zero block's
+    J₀ part, Z, Q₁Z and J₀^π: 6 more), J̄, the singular values of C (the complex SVD or the certified low-rank
+    route, ≈ 4 complex), and with an interval the group means (mapped), Δ_k, δJ₀ (and the prep's δR' for a
+    random control), dM and the step's three complex64 K-stacks."""
     s = spectra
     d2, G = float(d) * d, int(n_groups)
     K = int(s["schur_ci_blocks"] or 0)
     K = min(K, G) if K else 0
     ch = schur_chain_steps(s, chain)
-    per_d2 = ch["state"] + 8 + 16 * 6 + 16 * 4 + (16 * 6 if chain[0] == "order" else 0)
-    rotations = chain[0] == "run" and chain[3] == "random"  # W: the random control's tangent
-    per_d2 += ch["deviations"] * (4 * G + 4 * K + 8 * K + 3 * 8 * K) + ch["tangents"] * 8 * K * (1 + rotations)
+    per_d2 = ch["state"] + 8 + 16 * 5 + 16 * 4 + (16 * 6 if chain[0] == "order" else 0)
+    random = chain[0] == "run" and chain[3] == "random"  # δR': the random control's tangent, read from the prep
+    per_d2 += ch["deviations"] * (4 * G + 4 * K + 8 * K + 3 * 8 * K) + ch["tangents"] * 8 * K * (1 + random)
     return per_d2 * d2
 
 
@@ -311,10 +339,11 @@ def schur_chain_mem_mb(d: int | None, n_groups: int, spectra: dict, chain: tuple
     return _mb(schur_chain_bytes(int(d), n_groups, spectra, chain))
 
 
-def schur_chain_class(spectra: dict, chain: tuple) -> str:
-    """The cost class of a Schur chain (RATES["schur_steps"]): ``order`` (a random order's products at every
-    α < 1), ``real`` (J̄ itself: α = 1, own N), ``tangents`` (a complex J(α) with its replicates' tangents) or
-    ``plain`` (a complex J(α) without)."""
+def schur_chain_base(spectra: dict, chain: tuple) -> str:
+    """What a chain step multiplies, whatever its variant: ``order`` (a random order's reordered normal part and its
+    products), ``real`` (J̄ itself: α = 1, own N), ``tangents`` (a complex J(α) with its replicates' tangents) or
+    ``plain`` (a complex J(α) without). A segment's advance-only prefix costs the same for both variants
+    (RATES["schur_steps"]: ``advance_<base>``)."""
     if chain[0] == "order":
         return "order"
     if (chain[2], chain[3]) == (1.0, "none"):
@@ -322,20 +351,78 @@ def schur_chain_class(spectra: dict, chain: tuple) -> str:
     return "tangents" if schur_chain_steps(spectra, chain)["tangents"] else "plain"
 
 
-def schur_prefix_fraction(spectra: dict, chain: tuple) -> float:
-    """The seconds of an advance-only step of the chain's class (a segment's prefix: the products, no SVD) over a
-    full step's, at the papers' width (RATES["schur_steps"]: ``advance_<class>`` over ``<class>``), in [0, 1]; 1
-    where no advance was measured (a prefix step then counts as a full one)."""
+def schur_chain_class(spectra: dict, chain: tuple) -> str:
+    """The cost class of a Schur chain (RATES["schur_steps"]): ``order`` (J₀^π, then both variants' products and
+    singular values at every α of ``schur_order_alphas``), or for a run ``{real|tangents|plain}_{update|full}``
+    (``schur_chain_base`` and the variant: the `update` products take the certified low-rank singular values where
+    they hold, the `full` ones, I + J(α), are of full rank and always take the full SVD)."""
+    base = schur_chain_base(spectra, chain)
+    return base if base == "order" else f"{base}_{chain[1]}"
+
+
+def _tangent_scale(spectra: dict, chain: tuple) -> float:
+    """How much a chain's step grows beyond the measured K tangents (RATES["schur_steps"]["K"]): K / K_measured
+    where it carries more (an upper bound: the rest of the step does not grow with K), else 1."""
+    if not (chain[0] == "run" and schur_chain_steps(spectra, chain)["tangents"]):
+        return 1.0
+    return max(1.0, int(spectra["schur_ci_blocks"] or 0) / RATES["schur_steps"]["K"])
+
+
+def _schur_class_step_rate(spectra: dict, chain: tuple) -> float:
+    """Seconds per d³ of one boundary's step of the chain (RATES["schur_steps"], measured at d = 4096): an order's
+    J₀^π plus both variants at each of its α; a run's class (``schur_chain_class``), its tangents grown with K
+    (``_tangent_scale``). The `tangents` classes are measured on the own N (α = 0 comes first), whose `update`
+    products are of low rank; a random control's are not (R' fills the whole strictly upper triangle, the zero
+    block's too: the certified route fails and the full SVD follows), so a random control with intervals
+    (schur_ci_controls) costs at least the `tangents_full` step. (The `plain` classes are measured on the random
+    control where it carries no intervals, as in config/papers.yaml: an own N without them costs less.)"""
     rate = RATES["schur_steps"]
-    cls = schur_chain_class(spectra, chain)
-    adv = rate.get(f"advance_{cls}")
-    return 1.0 if adv is None else min(1.0, max(0.0, round(adv / rate[cls], 3)))
+    if chain[0] == "order":
+        return rate["order_basis"] + schur_order_count(spectra) * (rate["order_update"] + rate["order_full"])
+    cls, base = schur_chain_class(spectra, chain), schur_chain_base(spectra, chain)
+    step = rate[cls]
+    if base == "tangents" and chain[1] == "update" and chain[3] == "random":
+        step = max(step, rate["tangents_full"])
+    return step * _tangent_scale(spectra, chain)
+
+
+def _schur_advance_rate(spectra: dict, chain: tuple) -> float:
+    """Seconds per d³ of the chain's advance-only step (a segment's prefix: its products, no singular values): the
+    base's (``advance_<base>``), an order's J₀^π and both variants' products at each of its α (``advance_order``
+    at one α, its products part once more per further α)."""
+    rate = RATES["schur_steps"]
+    base = schur_chain_base(spectra, chain)
+    if base == "order":
+        n = max(1, schur_order_count(spectra))
+        return rate["advance_order"] + (n - 1) * max(0.0, rate["advance_order"] - rate["order_basis"])
+    return rate[f"advance_{base}"] * _tangent_scale(spectra, chain)
+
+
+def schur_prefix_fraction(spectra: dict, chain: tuple) -> float:
+    """The seconds of the chain's advance-only step (a segment's prefix: the products, no SVD) over a full step's,
+    at the papers' width (RATES["schur_steps"]), in [0, 1], to 3 decimals."""
+    return min(1.0, max(0.0, round(_schur_advance_rate(spectra, chain) / _schur_class_step_rate(spectra, chain), 3)))
+
+
+def schur_segment_count(spectra: dict, chain: tuple) -> int:
+    """How many segment jobs the chain runs as (spectra.chain_segments S): S for the chains of the longest one-job
+    time, ceil(S · its one-job seconds / the longest's) for the others (at least 1), so that a cheap chain is not
+    split and its prefix products are not repeated. Every chain runs through the same boundaries, so the ratio is
+    that of the d³-scaled step rates (``_schur_class_step_rate``): it does not depend on d, and the DAG's shape
+    depends only on the config and RATES."""
+    S = int(spectra.get("chain_segments") or 1)
+    if S <= 1:
+        return 1
+    plan = schur_chain_plan(spectra["alphas"], spectra["schur_orders"], order_alphas=spectra.get("schur_order_alphas"))
+    longest = max(_schur_class_step_rate(spectra, c) for c in plan)
+    share = _schur_class_step_rate(spectra, chain) / longest
+    return max(1, min(S, math.ceil(round(S * share, 9))))
 
 
 def schur_chain_segments(n_boundaries: int, spectra: dict, chain: tuple) -> list[tuple[int, int]]:
-    """The depth ranges of a chain's segment jobs (spectra.chain_segments; ``settings.chain_segment_bounds`` with
-    the chain class's ``schur_prefix_fraction``): [(0, n)] with one segment."""
-    S = int(spectra.get("chain_segments") or 1)
+    """The depth ranges of a chain's segment jobs (``schur_segment_count`` of them, at most the boundaries;
+    ``settings.chain_segment_bounds`` with the chain's ``schur_prefix_fraction``): [(0, n)] with one segment."""
+    S = schur_segment_count(spectra, chain)
     if S <= 1:
         return [(0, int(n_boundaries))]
     return chain_segment_bounds(int(n_boundaries), S, schur_prefix_fraction(spectra, chain))
@@ -351,9 +438,7 @@ def schur_chain_runtime_min(
     - the single job's seconds per boundary (RATES, at its grid) shared evenly among the chain steps of a
       boundary (so the prep's share is spread over them), × the chain's steps plus one (it forms its operator
       again from the prep arrays: about one step's products): the small-d measurement;
-    - its cost class at the papers' width (RATES["schur_steps"], d³-scaled): an order's step per α < 1; J̄ itself
-      (α = 1, own N: real); a complex J(α), with the replicates' tangents (their extra over a plain step
-      grown with K beyond the measured K) or without.
+    - its cost class at the papers' width (``_schur_class_step_rate``, d³-scaled).
     """
     if not d:
         return UNKNOWN_MINUTES
@@ -368,26 +453,14 @@ def schur_chain_runtime_min(
 
 def _segment_seconds(per: float, spectra: dict, chain: tuple, n_boundaries: int, segment) -> float:
     """A chain job's seconds at `per` seconds per full step: its own depths in full, its prefix's (a segment's
-    start) at the class's advance-only fraction (``schur_prefix_fraction``)."""
+    start) at the chain's advance-only fraction (``schur_prefix_fraction``)."""
     start, end = (0, int(n_boundaries)) if segment is None else (int(segment[0]), int(segment[1]))
     return per * (end - start) + per * schur_prefix_fraction(spectra, chain) * start
 
 
 def _schur_class_step_seconds(spectra: dict, chain: tuple, d: int) -> float:
-    """Seconds of one boundary's step of the chain at width d from its cost class's d = 4096 measurement
-    (RATES["schur_steps"], d³-scaled): an order's step per α < 1; J̄ itself (α = 1, own N: real); a complex J(α),
-    with the replicates' tangents (their extra over a plain step grown with K beyond the measured K) or without."""
-    rate, steps = RATES["schur_steps"], schur_chain_steps(spectra, chain)
-    if chain[0] == "order":
-        big = steps["steps"] * rate["order"]
-    elif (chain[2], chain[3]) == (1.0, "none"):
-        big = rate["real"]
-    elif steps["tangents"]:
-        K = int(spectra["schur_ci_blocks"] or 0)
-        big = rate["plain"] + (rate["tangents"] - rate["plain"]) * max(1.0, K / rate["K"])
-    else:
-        big = rate["plain"]
-    return big * float(d) ** 3
+    """Seconds of one boundary's step of the chain at width d: ``_schur_class_step_rate`` × d³."""
+    return _schur_class_step_rate(spectra, chain) * float(d) ** 3
 
 
 def schur_chain_seconds(d: int, n_boundaries: int, spectra: dict, chain: tuple, segment=None) -> float:
@@ -475,15 +548,18 @@ def cumulative_variant_mem_mb(d: int | None, n_groups: int, spectra: dict) -> in
     return _mb(cumulative_variant_bytes(int(d), n_groups, spectra))
 
 
-def cumulative_variant_runtime_min(d: int | None, n_boundaries: int) -> int:
+def cumulative_variant_runtime_min(d: int | None, n_boundaries: int, variant: str | None = None) -> int:
     """A variant's job: per boundary, the d² term of RATES["spectra_cumulative"] (reading J̄ and forming the
-    replicates' deviations, which every variant's job does again) and half its d³ term (the products and the
-    SVD: two chains of the same cost in the two-variant job), × the boundaries."""
+    replicates' deviations, which every variant's job does again) and the variant's share of its d³ term (the
+    products and the singular values, RATES["cumulative_variants"]: the `update` products take the certified
+    low-rank route, the `full` ones a full SVD; None: the larger share), × the boundaries."""
     if not d:
         return UNKNOWN_MINUTES
     c2, c3 = RATES["spectra_cumulative"]
+    shares = RATES["cumulative_variants"]
+    share = shares[variant] if variant is not None else max(shares.values())
     d = float(d)
-    return _minutes((c2 * d**2 + c3 * d**3 / 2) * n_boundaries)
+    return _minutes((c2 * d**2 + c3 * d**3 * share) * n_boundaries)
 
 
 def _one_size(spectra: dict, n_groups: int) -> dict:

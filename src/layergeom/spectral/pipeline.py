@@ -992,14 +992,16 @@ def gather_schur(
     alphas,
     orders: int,
     order_alphas,
-    segments: int = 1,
+    segments: int | Mapping[str, int] = 1,
 ) -> pd.DataFrame:
     """schur.tsv of a checkpoint from its prep records, its chains' results and (α = 1, own N) its cumulative.tsv
     (rule ``spectra_schur_gather``): byte for byte what :func:`write_schur` writes in one job (``schur.surgery_rows``, ``surgery_table``).
 
     The preps must cover `boundaries` in order, each once; every chain of ``schur_chains`` must be there, over
-    the same boundaries, as min(`segments`, boundaries) parts (spectra.chain_segments) whose depth ranges
-    cover every depth once, in order (their results concatenated); all with one grouping of the samples."""
+    the same boundaries, as min(its count, boundaries) parts whose depth ranges cover every depth once, in order
+    (their results concatenated); all with one grouping of the samples. `segments`: the count of every chain,
+    or each chain's by its name (``schur_chain_name``; spectra.chain_segments splits the costlier chains into
+    more jobs, ``resources.schur_chain_segments``)."""
 
     def load(path, what):
         with open(path, "rb") as fh:
@@ -1040,8 +1042,13 @@ def gather_schur(
                                  f"{len(part['results'])} results for depths [{start}, {end}) (not the checkpoint's "
                                  f"{names}); rerun the spectra_schur_chain jobs")  # fmt: skip
         pieces.setdefault(spec, []).append((start, end, path, part["results"]))
-    results, want = {}, min(max(1, int(segments)), n)
+    results = {}
     for spec, got in pieces.items():
+        if isinstance(segments, Mapping):  # a chain not of the plan: refused below
+            count = segments.get(schur_chain_name(spec), 1) if spec in plan else 1
+        else:
+            count = segments
+        want = min(max(1, int(count)), n)
         got.sort(key=lambda p: (p[0], p[1]))
         at = 0
         for start, end, path, _ in got:
