@@ -834,12 +834,12 @@ def model_width(model):
 
 
 def width_fallback_notice(model):
-    """The DAG build's line for a model whose width is not known yet: its spectral and topology jobs ask for the
+    """The DAG build's line for a model whose width is not known yet: its model, spectral and topology jobs ask for the
     fallback request until their inputs exist (None when the width is known)."""
     if model_width(model) is not None:
         return None
     return (
-        f"models.{model}: width unknown (no config.json at hand, no d_model): its spectral and topology jobs "
+        f"models.{model}: width unknown (no config.json at hand, no d_model): its model, spectral and topology jobs "
         f"ask for the fallback mem_mb={MIN_MB}, runtime={UNKNOWN_MINUTES} until their inputs exist; set "
         f"models.{model}.d_model to size them before the download"
     )
@@ -1036,3 +1036,195 @@ def figure_memory(wildcards, attempt):
 
 def figure_runtime(wildcards, attempt):
     return FIGURE_MINUTES * attempt
+
+
+# ---- resources of the model jobs: activations, the Jacobians, the tokenwise fits and KL (layergeom.resources) --
+# Sized from the model's shapes and the config: the materialised checkpoint's config.json and the bytes in its
+# safetensors header once its weights exist (as when the job runs), else the model's config where it is readable
+# at DAG time (model_width's sources), else its d_model and n_layers (upper bounds for the rest:
+# resources.model_dims); with no width at hand the fallback (MIN_MB, UNKNOWN_MINUTES), named by the DAG build.
+# The corpus sizes are the config's (the store's store.json once it exists). Memory and runtime double on a retry.
+import json as _json
+
+from layergeom.resources import (
+    DTYPE_BYTES,
+    activations_mem_mb,
+    activations_work,
+    jacobian_sample_count,
+    jacobians_mem_mb,
+    jacobians_work,
+    model_dims,
+    model_job_runtime_min,
+    safetensors_bytes,
+    store_names,
+    tokenwise_fit_mem_mb,
+    tokenwise_fit_work,
+    tokenwise_kl_mem_mb,
+    tokenwise_kl_work,
+)
+from layergeom.names import parse_boundary
+
+_DIMS = {}
+
+
+def dag_model_dims(model):
+    """The model's shapes from what is readable at DAG time (resources.model_dims): its config (as model_width
+    reads it), else d_model and n_layers; None without a width (cached per model)."""
+    if model not in _DIMS:
+        m = model_cfg(model)
+        try:
+            cfg, _ = configured_source(model, m)
+            if cfg is None and m["source"] in ("config", "train"):
+                cfg = m["hf_config"]
+            elif (
+                cfg is None
+                and m["source"] == "gguf"
+                and os.path.isfile(gguf_file(model))
+            ):
+                cfg = gguf_config(gguf_file(model))
+        except LayergeomError:
+            cfg = None
+        _DIMS[model] = model_dims(cfg, model_width(model), n_layers(model))
+    return _DIMS[model]
+
+
+def job_model(model, input):
+    """(shapes, weight bytes, bytes per weight) of a model job: from its weights input's folder (config.json and the
+    safetensors header) once they exist, else dag_model_dims with params × the model's dtype.
+    """
+    b = DTYPE_BYTES[model_cfg(model)["dtype"]]
+    w = getattr(input, "weights", None)
+    if w and os.path.exists(w) and (Path(w).parent / "config.json").exists():
+        cfg = _json.loads((Path(w).parent / "config.json").read_text())
+        return (
+            model_dims(cfg, model_width(model), n_layers(model)),
+            safetensors_bytes(w),
+            b,
+        )
+    dims = dag_model_dims(model)
+    return dims, (dims["params"] * b if dims else 0), b
+
+
+def corpus_sizes(model, input):
+    """(windows, tokens per window) of a job: from its store's store.json once it exists, else the config."""
+    store = getattr(input, "activations", None)
+    meta = store_meta(store) if store else None
+    if meta:
+        return int(meta["n_windows"]), int(meta["window_tokens"])
+    c = config["corpus"]
+    return int(c["n_windows"]), int(c["window_tokens"])
+
+
+def store_bytes(model):
+    return DTYPE_BYTES[section(model, "activations")["dtype"]]
+
+
+def _activations_sizes(wildcards, input):
+    m = wildcards.model
+    dims, wb, b = job_model(m, input)
+    n, T = corpus_sizes(m, input)
+    kw = dict(n_windows=n, window_tokens=T, batch_size=section(m, "activations")["batch_size"],
+              n_names=store_names(len(store_boundaries(m))), model_bytes=b, store_bytes=store_bytes(m),
+              weight_bytes=wb)  # fmt: skip
+    return dims, kw
+
+
+def activations_memory(wildcards, input, attempt):
+    """mem_mb of the activation dump for this try: the weights, one batch's forward pass and store rows."""
+    dims, kw = _activations_sizes(wildcards, input)
+    return activations_mem_mb(dims, **kw) * attempt
+
+
+def activations_runtime(wildcards, input, attempt):
+    """runtime (minutes) of the activation dump for this try: every token through the model, the store written."""
+    dims, kw = _activations_sizes(wildcards, input)
+    work = activations_work(dims, **kw) if dims else None
+    return model_job_runtime_min("activations", work) * attempt
+
+
+def _fit_sizes(wildcards, input):
+    m = wildcards.model
+    store = getattr(input, "activations", None)
+    meta = store_meta(store) if store else None
+    d = int(meta["d_model"]) if meta else model_width(m)
+    n, T = corpus_sizes(m, input)
+    t = section(m, "tokenwise")
+    kw = dict(n_tokens=n * T, n_pool=n * (T - 1), n_anchors=t["n_anchors"], k=t["k"], classes=t["classes"],
+              store_bytes=store_bytes(m))  # fmt: skip
+    return d, kw
+
+
+def tokenwise_fit_memory(wildcards, input, attempt):
+    """mem_mb of one layer's fits for this try: two boundaries' states, the neighbourhoods, the global map."""
+    d, kw = _fit_sizes(wildcards, input)
+    return tokenwise_fit_mem_mb(d, **kw) * attempt
+
+
+def tokenwise_fit_runtime(wildcards, input, attempt):
+    """runtime (minutes) of one layer's fits for this try (a group job asks for the sum over its layers)."""
+    d, kw = _fit_sizes(wildcards, input)
+    return (
+        model_job_runtime_min(
+            "tokenwise_fit", tokenwise_fit_work(d, **kw) if d else None
+        )
+        * attempt
+    )
+
+
+def _kl_sizes(wildcards, input):
+    m = wildcards.model
+    dims, wb, b = job_model(m, input)
+    n, T = corpus_sizes(m, input)
+    t = section(m, "tokenwise")
+    kw = dict(n_windows=n, window_tokens=T, n_anchors=t["n_anchors"], n_classes=len(t["classes"]),
+              batch_rows=t["kl_batch_rows"], model_bytes=b, weight_bytes=wb)  # fmt: skip
+    return dims, kw
+
+
+def tokenwise_kl_memory(wildcards, input, attempt):
+    """mem_mb of the KL job for this try: the weights, every layer's patches, a chunk of resumed windows."""
+    dims, kw = _kl_sizes(wildcards, input)
+    return tokenwise_kl_mem_mb(dims, **kw) * attempt
+
+
+def tokenwise_kl_runtime(wildcards, input, attempt):
+    """runtime (minutes) of the KL job for this try: the clean passes, every patch resumed, its KL."""
+    dims, kw = _kl_sizes(wildcards, input)
+    return (
+        model_job_runtime_min(
+            "tokenwise_kl", tokenwise_kl_work(dims, **kw) if dims else None
+        )
+        * attempt
+    )
+
+
+def _jacobian_sizes(model, input):
+    dims, wb, b = job_model(model, input)
+    n, T = corpus_sizes(model, input)
+    s = section(model, "spectra")
+    n_samples, wins = jacobian_sample_count(n, T, s)
+    kinds = [parse_boundary(x)[1] for x in boundaries(model)]
+    kw = dict(n_samples=n_samples, n_tokens=n * T, window_tokens=T, n_groups=min(s["n_groups"], wins), spectra=s,
+              store_bytes=store_bytes(model), model_bytes=b)  # fmt: skip
+    return dims, kinds, wb, kw
+
+
+def jacobians_memory(model):
+    """mem_mb of a model's Jacobian job for this try: the weights and its largest boundary's arrays."""
+
+    def mem(wildcards, input, attempt):
+        dims, kinds, wb, kw = _jacobian_sizes(model, input)
+        return jacobians_mem_mb(dims, kinds, weight_bytes=wb, **kw) * attempt
+
+    return mem
+
+
+def jacobians_runtime(model):
+    """runtime (minutes) of a model's Jacobian job for this try: every boundary's samples and products."""
+
+    def minutes(wildcards, input, attempt):
+        dims, kinds, _, kw = _jacobian_sizes(model, input)
+        work = jacobians_work(dims, kinds, **kw) if dims else None
+        return model_job_runtime_min("jacobians", work) * attempt
+
+    return minutes

@@ -155,7 +155,8 @@ rule activations:
     threads: job_threads()
     resources:
         gpu=gpu_jobs(),
-        mem_mb=by_attempt(4000),
+        mem_mb=activations_memory,
+        runtime=activations_runtime,
     params:
         settings=lambda wc: job_settings("activations", wc.model),
     script:

@@ -32,7 +32,8 @@ for _m in MODELS:
         threads: job_threads()
         resources:
             gpu=gpu_jobs(),
-            mem_mb=by_attempt(4000),
+            mem_mb=jacobians_memory(_m),
+            runtime=jacobians_runtime(_m),
         params:
             boundaries=boundaries(_m),
             settings=job_settings("spectra_jacobians", _m),

@@ -23,8 +23,8 @@ rule tokenwise_fit:
     threads: job_threads()
     resources:
         gpu=gpu_jobs(),
-        mem_mb=by_attempt(3000),
-        runtime=by_attempt(5),  # minutes per layer; the group job asks for the sum over its layers
+        mem_mb=tokenwise_fit_memory,
+        runtime=tokenwise_fit_runtime,  # per layer; the group job asks for the sum over its layers
     params:
         settings=lambda wc: job_settings("tokenwise_fit", wc.model),
     script:
@@ -48,7 +48,8 @@ rule tokenwise_kl:
     threads: job_threads()
     resources:
         gpu=gpu_jobs(),
-        mem_mb=by_attempt(4000),
+        mem_mb=tokenwise_kl_memory,
+        runtime=tokenwise_kl_runtime,
     params:
         settings=lambda wc: job_settings("tokenwise_kl", wc.model),
     script:

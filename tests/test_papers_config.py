@@ -262,3 +262,62 @@ def test_papers_shape_report_flags_a_job_over_its_request(tmp_path):
     over = {ln.split("|")[1].strip(" `"): ln.split("|")[-2].strip(" *") for ln in text.splitlines() if "| `" in ln}
     assert over == {"spectra_table_part/m/init/0": "mem_mb (mapped files)", "spectra_table_part/m/init/1": "runtime",
                     "topology_graph_m_block0/init/0": "mem_mb", "windows/m": ""}  # fmt: skip
+
+
+# ---- the model jobs' requests (activations, Jacobians, tokenwise fits and KL: layergeom.resources) -------------
+#: the per-checkpoint (and per-layer) jobs that load the model or its states, sized from its shapes
+MODEL_JOBS = re.compile(r"activations|spectra_jacobians_\w+|tokenwise_fit|tokenwise_kl")
+
+
+def _model_job_requests(papers: dict, model: str) -> dict[str, tuple[int, int]]:
+    """What layergeom.resources asks for each model job of an 8B checkpoint, computed here from the config alone
+    (d_model, n_layers, the corpus and the sections: no config.json before the download)."""
+    from layergeom import resources as R
+
+    cfg = lgconfig.validate(copy.deepcopy(papers))
+    mc = cfg["models"][model]
+    sec = {s: lgconfig.model_section(cfg, model, s) for s in ("activations", "tokenwise", "spectra")}
+    dims = R.model_dims(None, mc["d_model"], mc["n_layers"])
+    n, T = cfg["corpus"]["n_windows"], cfg["corpus"]["window_tokens"]
+    wb, b, sb = dims["params"] * R.DTYPE_BYTES[mc["dtype"]], R.DTYPE_BYTES[mc["dtype"]], R.DTYPE_BYTES[sec["activations"]["dtype"]]
+    names = boundaries_for(mc["family"], mc["n_layers"])
+    act = dict(n_windows=n, window_tokens=T, batch_size=sec["activations"]["batch_size"], n_names=len(names) + 1,
+               model_bytes=b, store_bytes=sb, weight_bytes=wb)  # fmt: skip
+    tw = sec["tokenwise"]
+    fit = dict(n_tokens=n * T, n_pool=n * (T - 1), n_anchors=tw["n_anchors"], k=tw["k"], classes=tw["classes"],
+               store_bytes=sb)  # fmt: skip
+    kl = dict(n_windows=n, window_tokens=T, n_anchors=tw["n_anchors"], n_classes=len(tw["classes"]),
+              batch_rows=tw["kl_batch_rows"], model_bytes=b, weight_bytes=wb)  # fmt: skip
+    ns, wins = R.jacobian_sample_count(n, T, sec["spectra"])
+    kinds = [b_.split(".")[1] for b_ in names]
+    jac = dict(n_samples=ns, n_tokens=n * T, window_tokens=T, n_groups=min(sec["spectra"]["n_groups"], wins),
+               spectra=sec["spectra"], store_bytes=sb, model_bytes=b)  # fmt: skip
+    return {
+        "activations": (R.activations_mem_mb(dims, **act), R.model_job_runtime_min("activations", R.activations_work(dims, **act))),
+        "tokenwise_fit": (R.tokenwise_fit_mem_mb(dims["d"], **fit),
+                          R.model_job_runtime_min("tokenwise_fit", R.tokenwise_fit_work(dims["d"], **fit))),
+        "tokenwise_kl": (R.tokenwise_kl_mem_mb(dims, **kl), R.model_job_runtime_min("tokenwise_kl", R.tokenwise_kl_work(dims, **kl))),
+        "spectra_jacobians": (R.jacobians_mem_mb(dims, kinds, weight_bytes=wb, **jac),
+                              R.model_job_runtime_min("jacobians", R.jacobians_work(dims, kinds, **jac))),
+    }  # fmt: skip
+
+
+@pytest.mark.dag
+def test_papers_8b_model_job_requests_are_real(papers, papers_dry_run):
+    """Each 8B checkpoint's activation dump, Jacobian job, every layer's fits and the KL ask for what
+    layergeom.resources computes from the config (d_model, n_layers, the corpus and the sections), not a flat
+    default or the fallback; the dump and the Jacobians of d = 4096 ask for more than the 4 GB they had."""
+    jobs = [j for j in dry_run_jobs(papers_dry_run) if MODEL_JOBS.fullmatch(j["rule"]) and j["model"] in PAPERS_8B]
+    for m in PAPERS_8B:
+        want = _model_job_requests(papers, m)
+        for c in papers["models"][m]["checkpoints"]:
+            mine = [j for j in jobs if (j["model"], j["checkpoint"]) == (m, c)]
+            rules = ["spectra_jacobians" if j["rule"].startswith("spectra_jacobians_") else j["rule"] for j in mine]
+            assert sorted(set(rules)) == sorted(want), (m, c, rules)
+            assert rules.count("tokenwise_fit") == papers["models"][m]["n_layers"], (m, c)
+            for rule, j in zip(rules, mine):
+                r = j["resources"]
+                got = (int(r["mem_mb"]), int(r["runtime"]))
+                assert got == want[rule], f"{m}/{c} {j['rule']}: {r}, expected mem_mb, runtime {want[rule]}"
+                assert got != (MIN_MB, UNKNOWN_MINUTES), f"{m}/{c} {j['rule']}: the fallback request"
+        assert want["activations"][0] > 4000 and want["spectra_jacobians"][0] > 4000, want
