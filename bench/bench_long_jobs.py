@@ -12,7 +12,7 @@ config/papers.yaml, on synthetic matrices of papers width d = 4096 (Llama-3.1-8B
   through attention, MLP, attention, MLP (``CHAIN_DEPTHS``), the last boundary timed (its deviations apart);
 - ``spectra_schur`` as its fanned-out jobs take it (``schur_chains``): ``prepare_boundary`` (a prep job's
   per-boundary work) on an attention and an MLP boundary, and per cost class (``resources.schur_chain_class``:
-  a run's ``{real|tangents|plain}_{update|full}``, an ``order``) one chain through ``CHAIN_DEPTHS`` as a chain
+  a run's ``{tangents|plain}_{update|full}``, an ``order``) one chain through ``CHAIN_DEPTHS`` as a chain
   job takes it (``chain_step_input``: the operators rebuilt from the prep's arrays): the products alone
   (``advance=True``, a segment's prefix) at depths 2 and 3, timed, and a full step at depth 4, timed, with the
   singular-value route each product took (``ProductChain.routes``: the `update` products are numerically low
@@ -1018,8 +1018,8 @@ def from_json(out: dict) -> dict:
 def snapshot_gb(d: int, c: dict) -> dict:
     """Bytes of one resume snapshot of the single jobs (the product chains: C and its tangents), in GB, at width d.
 
-    cumulative: 2 variants × (C float64 + K float32 tangents); Schur, per variant: α = 1 with its own N real
-    (float64 C, K float32 tangents), the other α of the own N complex (complex128 C, K complex64 tangents),
+    cumulative: 2 variants × (C float64 + K float32 tangents); Schur, per variant (α = 1 with its own N is
+    cumulative.tsv's, not composed): the α < 1 of the own N complex (complex128 C, K complex64 tangents),
     the random control (complex128 C, and K complex64 tangents where it carries intervals), and a complex128 C per
     random order and α of schur_order_alphas; convergence: per subset size (the boundary-outer loop carries them
     all), 2 variants × (C + min(4, G) tangents).
@@ -1028,7 +1028,7 @@ def snapshot_gb(d: int, c: dict) -> dict:
     Ks = min(c["schur_ci_blocks"], c["n_groups"])
     na = len(c["alphas"])
     n_sizes = len(pipeline.convergence_sizes(c["n_groups"], c["convergence_sizes"]))  # every size's chains at once
-    schur = (8 + 4 * Ks) + (na - 1) * (16 + 8 * Ks) + sum(a != 0 for a in c["alphas"]) * 16
+    schur = (na - 1) * (16 + 8 * Ks) + sum(a != 0 for a in c["alphas"]) * 16
     if "random" in c["schur_ci_controls"]:
         schur += sum(a != 0 for a in c["alphas"]) * 8 * Ks
     if "schur_orders" in c:

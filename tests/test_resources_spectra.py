@@ -62,7 +62,7 @@ def checkpoint(d: int, n: int, G: int, seed: int = 0):
 
 def schur_final_state(full: dict, d: int = 10) -> dict:
     """The last snapshot state of ``schur_surgery`` on a two-boundary checkpoint of width d with settings `full`."""
-    from layergeom.spectral.schur import schur_surgery
+    from schema_defaults import schur_surgery
 
     K = int(full["schur_ci_blocks"])
     mats, devs, _ = checkpoint(d, 2, max(K, 1))
@@ -93,8 +93,7 @@ def test_schur_state_model_counts_what_schur_surgery_holds(settings):
     state = schur_final_state(full, d)
     held = array_bytes({k: state[k] for k in ("chains", "orders")})
     ch = R.schur_settings_chains(full)
-    model = 8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
-    model += 16 * ch["orders"]
+    model = 16 * ch["complex"] + 8 * ch["complex_tangents"] + 16 * ch["orders"]
     assert held == model * d * d
     assert R.spectra_bytes("spectra_schur", d, 16, full) > held  # the state is part of the peak
 
@@ -137,7 +136,7 @@ def test_schur_prep_and_chain_runtimes_share_the_single_jobs():
     assert max(chains) < single
     steps = sum(R.schur_chain_steps(SPECTRA, c)["steps"] for c in plan)
     ch = R.schur_settings_chains(SPECTRA)
-    assert steps == ch["real"] + ch["complex"] + ch["orders"]  # every product of the single job, once
+    assert steps == ch["complex"] + ch["orders"]  # every product of the single job, once
 
 
 def _long_jobs():
@@ -223,19 +222,19 @@ def test_schur_step_rates_are_the_benchs_classes():
 def test_chain_segments_follow_each_chains_cost(monkeypatch):
     """spectra.chain_segments S splits the costliest chains into S jobs and a cheaper one into
     ceil(S · its step / the costliest's) (at least 1; a share of exactly 1/2 at S = 2 is one job), whatever d: on
-    made-up rates (orders 1, tangents 0.5, plain 0.2, J̄ itself 0.1 per d³) S = 4 gives 4, 2, 1, 1 segments and
-    S = 2 gives 2, 1, 1, 1; the prefix fraction is the advance-only rate over the step's."""
+    made-up rates (orders 1, tangents 0.5, plain 0.2 per d³) S = 4 gives 4, 2, 1 segments and S = 2 gives 2, 1,
+    1; the prefix fraction is the advance-only rate over the step's."""
     from layergeom.spectral.settings import schur_chains
 
     fake = dict(R.RATES["schur_steps"], order_basis=0.2, order_update=0.4, order_full=0.4, tangents_update=0.5,
-                tangents_full=0.5, plain_update=0.2, plain_full=0.2, real_update=0.1, real_full=0.1,
-                advance_order=0.5, advance_tangents=0.25, advance_plain=0.1, advance_real=0.05, K=4)  # fmt: skip
+                tangents_full=0.5, plain_update=0.2, plain_full=0.2, advance_order=0.5,
+                advance_tangents=0.25, advance_plain=0.1, K=4)  # fmt: skip
     monkeypatch.setitem(R.RATES, "schur_steps", fake)
     s = SPECTRA | {"schur_ci_blocks": 4, "schur_ci_controls": ["none"], "schur_order_alphas": None}
     plan = schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"])
     want = {
-        4: {"order": 4, "tangents": 2, "plain": 1, "real": 1},
-        2: {"order": 2, "tangents": 1, "plain": 1, "real": 1},
+        4: {"order": 4, "tangents": 2, "plain": 1},
+        2: {"order": 2, "tangents": 1, "plain": 1},
     }
     for S, counts in want.items():
         seg_s = s | {"chain_segments": S}
@@ -268,14 +267,13 @@ def test_cumulative_state_model_counts_what_cumulative_rows_holds():
 
 
 def test_schur_state_at_d4096():
-    """At d = 4096 with the schema's defaults the Schur state alone is 816·d² bytes (13.7 GB): two variants' real
-    product of J̄ and 8 complex ones, their tangents, and 8 orders' products at α = 0 (schur_order_alphas null);
-    the job asks for more than it, and every stage's request grows with d."""
+    """At d = 4096 with the schema's defaults the Schur state alone is 768·d² bytes (12.9 GB): two variants' 8
+    complex products (the own N at α < 1, the random control at α > 0; α = 1 with the own N is cumulative.tsv's),
+    the own N's tangents, and 8 orders' products at α = 0 (schur_order_alphas null); the job asks for more than
+    it, and every stage's request grows with d."""
     ch = R.schur_settings_chains(SPECTRA)
-    state = (8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]) + 16 * ch[
-        "orders"
-    ]
-    assert state == 2 * (8 + 8 * 16) + 2 * 4 * (4 + 4 * 8) + 2 * 8 * 1 * 16  # counted by hand from schur_surgery
+    state = 16 * ch["complex"] + 8 * ch["complex_tangents"] + 16 * ch["orders"]
+    assert state == 2 * 8 * 16 + 2 * 4 * 4 * 8 + 2 * 8 * 1 * 16  # counted by hand from schur_surgery
     assert R.spectra_mem_mb("spectra_schur", 4096, 16, SPECTRA, 64) > state * 4096**2 / 1e6 > 9600
     for stage in ("spectra_table", "spectra_cumulative", "spectra_schur", "spectra_convergence"):
         small, large = (R.spectra_mem_mb(stage, d, 16, SPECTRA, 64) for d in (576, 4096))
@@ -369,8 +367,7 @@ def test_d4096_schur_job_asks_for_more_than_its_state(papers_jobs):
     schur = [res for r, w, res in papers_jobs if r == "spectra_schur" and w.get("model") == "llama-3.1-8b"]
     assert schur
     ch = R.schur_settings_chains(SPECTRA)
-    state_mb = (8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
-                + 16 * ch["orders"]) * 4096**2 / 1e6  # fmt: skip
+    state_mb = (16 * ch["complex"] + 8 * ch["complex_tangents"] + 16 * ch["orders"]) * 4096**2 / 1e6
     for res in schur:
         assert int(res["mem_mb"]) > state_mb > 9600
         assert int(res["runtime"]) > 60  # hours of products at d = 4096

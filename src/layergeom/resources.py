@@ -123,11 +123,11 @@ GATHER_MINUTES = MIN_MINUTES
 #: boundary's erank SVDs per size; ``cumulative_variants``: each variant's share of the cumulative table's d³
 #: term (its job's step at d = 4096 less the deviations); ``schur_steps``: seconds per d³ at width d with K tangents (``schur_chain_class``,
 #: bench/bench_long_jobs.py): ``prep`` a Schur prep per boundary (the mean of an attention and an MLP boundary);
-#: a run chain's step per class and variant, ``{real|tangents|plain}_{update|full}`` (the `update` products
+#: a run chain's step per class and variant, ``{tangents|plain}_{update|full}`` (the `update` products
 #: through the certified low-rank singular values where they hold, ``linalg.certified_svd``); an order chain's
 #: step in parts, ``order_basis`` (its reordered normal part J₀^π) and per α of spectra.schur_order_alphas
 #: ``order_update`` and ``order_full`` (a product and its singular values); and the products alone (a chain
-#: segment's prefix, spectra.chain_segments), ``advance_{real|tangents|plain}`` (the same for both variants) and
+#: segment's prefix, spectra.chain_segments), ``advance_{tangents|plain}`` (the same for both variants) and
 #: ``advance_order`` (J₀^π and both variants' products at one α). A node with more threads and less load is
 #: faster, so these are upper bounds.
 RATES = {
@@ -146,7 +146,6 @@ RATES = {
         "d": 4096,
         "advance_order": 2.42e-10,
         "advance_plain": 9.82e-11,
-        "advance_real": 1.2e-10,
         "advance_tangents": 4.59e-10,
         "order_basis": 1.0e-10,
         "order_full": 4.08e-10,
@@ -154,8 +153,6 @@ RATES = {
         "plain_full": 4.61e-10,
         "plain_update": 4.61e-10,
         "prep": 7.46e-09,
-        "real_full": 6.11e-10,
-        "real_update": 6.11e-10,
         "tangents_full": 1.66e-09,
         "tangents_update": 1.66e-09,
     },  # fmt: skip
@@ -212,20 +209,19 @@ def _minutes(seconds: float) -> int:
 
 
 def schur_chains(alphas, orders: int, ci_blocks: int, ci_controls, variants: int = 2, order_alphas=None) -> dict:
-    """What ``schur_surgery`` composes, per cumulative variant: real and complex products C, their float32 and
-    complex64 tangents (K = ci_blocks each), and the products of the random orders (complex, no tangents: one per
-    order and α of ``settings.schur_order_alphas``)."""
+    """What ``schur_surgery`` composes, per cumulative variant: its complex products C with their complex64
+    tangents (K = ci_blocks each), and the products of the random orders (complex, no tangents: one per order and
+    α of ``settings.schur_order_alphas``). α = 1 with the own N is J̄ itself: cumulative.tsv's products, not
+    composed here (``settings.schur_chains``)."""
     spread = schur_order_alphas(alphas, order_alphas)
     alphas = sorted({float(a) for a in alphas})
     runs = [(a, c) for c in ("none", "random") for a in alphas if not (a == 0 and c == "random")]
-    real = [r for r in runs if r == (1.0, "none")]  # α = 1, own N: J̄ itself, composed in real arithmetic
+    runs = [r for r in runs if r != (1.0, "none")]
     K = int(ci_blocks) if ci_blocks else 0
     tangents = [(a, c) for a, c in runs if K and (c in set(ci_controls) or a == 0)]
     return {
-        "real": variants * len(real),
-        "complex": variants * (len(runs) - len(real)),
-        "real_tangents": variants * K * sum(1 for r in tangents if r == (1.0, "none")),
-        "complex_tangents": variants * K * sum(1 for r in tangents if r != (1.0, "none")),
+        "complex": variants * len(runs),
+        "complex_tangents": variants * K * len(tangents),
         "orders": variants * int(orders) * len(spread),
     }
 
@@ -258,8 +254,7 @@ def spectra_bytes(stage: str, d: int, n_groups: int, spectra: dict, n_boundaries
         return per_d2 * d2
     if stage == "spectra_schur":
         ch = schur_settings_chains(s)
-        state = 8 * ch["real"] + 16 * ch["complex"] + 4 * ch["real_tangents"] + 8 * ch["complex_tangents"]
-        state += 16 * ch["orders"]
+        state = 16 * ch["complex"] + 8 * ch["complex_tangents"] + 16 * ch["orders"]
         return (4 * G + state + schur_boundary_d2(s, G)) * d2
     if stage == "spectra_schur_prep":
         # one boundary at a time, as the single job's (its arrays are streamed into the .npz), no chain
@@ -311,9 +306,7 @@ def schur_chain_steps(spectra: dict, chain: tuple) -> dict:
         return {"state": 16 * n, "steps": n, "deviations": 0, "tangents": 0}
     _, _, a, c = chain
     ci = int(bool(K) and (c in set(s["schur_ci_controls"]) or a == 0))
-    real = (a, c) == (1.0, "none")
-    state = (8 + 4 * K * ci) if real else (16 + 8 * K * ci)
-    return {"state": state, "steps": 1, "deviations": ci, "tangents": ci * int(not real)}
+    return {"state": 16 + 8 * K * ci, "steps": 1, "deviations": ci, "tangents": ci}
 
 
 def schur_chain_bytes(d: int, n_groups: int, spectra: dict, chain: tuple) -> float:
@@ -341,19 +334,16 @@ def schur_chain_mem_mb(d: int | None, n_groups: int, spectra: dict, chain: tuple
 
 def schur_chain_base(spectra: dict, chain: tuple) -> str:
     """What a chain step multiplies, whatever its variant: ``order`` (a random order's reordered normal part and its
-    products), ``real`` (J̄ itself: α = 1, own N), ``tangents`` (a complex J(α) with its replicates' tangents) or
-    ``plain`` (a complex J(α) without). A segment's advance-only prefix costs the same for both variants
+    products), ``tangents`` (a complex J(α) with its replicates' tangents) or ``plain`` (a complex J(α) without). A segment's advance-only prefix costs the same for both variants
     (RATES["schur_steps"]: ``advance_<base>``)."""
     if chain[0] == "order":
         return "order"
-    if (chain[2], chain[3]) == (1.0, "none"):
-        return "real"
     return "tangents" if schur_chain_steps(spectra, chain)["tangents"] else "plain"
 
 
 def schur_chain_class(spectra: dict, chain: tuple) -> str:
     """The cost class of a Schur chain (RATES["schur_steps"]): ``order`` (J₀^π, then both variants' products and
-    singular values at every α of ``schur_order_alphas``), or for a run ``{real|tangents|plain}_{update|full}``
+    singular values at every α of ``schur_order_alphas``), or for a run ``{tangents|plain}_{update|full}``
     (``schur_chain_base`` and the variant: the `update` products take the certified low-rank singular values where
     they hold, the `full` ones, I + J(α), are of full rank and always take the full SVD)."""
     base = schur_chain_base(spectra, chain)
@@ -445,7 +435,7 @@ def schur_chain_runtime_min(
     s = spectra
     ch = schur_settings_chains(s)
     steps = schur_chain_steps(s, chain)
-    per_step = boundary_seconds("spectra_schur", d) / (ch["complex"] + ch["real"] + ch["orders"])
+    per_step = boundary_seconds("spectra_schur", d) / (ch["complex"] + ch["orders"])
     small = per_step * max(1.0, _schur_grid_factor(s)) * (steps["steps"] + 1)
     per = max(small, _schur_class_step_seconds(s, chain, d))
     return _minutes(_segment_seconds(per, s, chain, n_boundaries, segment))
@@ -771,7 +761,9 @@ def activations_mem_mb(dims: dict | None, **kw) -> int:
 
 
 # -- the tokenwise fits (tokenwise.pipeline.fit_layer) --
-def tokenwise_fit_bytes(d: int, *, n_tokens: int, n_pool: int, n_anchors: int, k: int, classes, store_bytes: int) -> float:
+def tokenwise_fit_bytes(
+    d: int, *, n_tokens: int, n_pool: int, n_anchors: int, k: int, classes, store_bytes: int
+) -> float:
     """Peak bytes of one layer's fits besides the interpreter, the largest of the job's phases."""
     d, N, n, k = int(d), int(n_tokens), int(n_pool), int(k)
     m = min(int(n_anchors), n)
@@ -796,7 +788,9 @@ def tokenwise_fit_bytes(d: int, *, n_tokens: int, n_pool: int, n_anchors: int, k
     # singular vectors of L through its (2k, 2k) Gram matrix, 4 more (m, 2k, 2k); fit_mlp's are fewer)
     after += max(4 * m * k * d if "diag" in classes else 0, 5 * 8 * d * d if "global" in classes else 0,
                  11 * 8 * m * p2 * p2 if local else 0)  # fmt: skip
-    patches = len(classes) * m * d * (8 + 4)  # every class's prediction t (m, d) float64 and the stacked float32 patches
+    patches = (
+        len(classes) * m * d * (8 + 4)
+    )  # every class's prediction t (m, d) float64 and the stacked float32 patches
     return states + max(read, knn, neigh + glob, neigh + gmap + local, neigh + gmap + after + patches)
 
 
