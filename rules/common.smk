@@ -608,8 +608,9 @@ def schur_chain_segment(wildcards):
     return None if seg is None else list(seg)
 
 
-def schur_prep_parts(wildcards, ext="pkl"):
-    """The prep files of a checkpoint's blocks, in boundary order (ext: pkl the records, npz the arrays)."""
+def schur_prep_parts(wildcards, ext="npz"):
+    """The prep files of a checkpoint's blocks, in boundary order (ext: npz the records' part files, arrays.npz
+    the arrays)."""
     m, c = wildcards.model, wildcards.checkpoint
     return [
         f"results/{m}/{c}/parts/schur/prep/{k}.{ext}"
@@ -626,14 +627,14 @@ def schur_inputs(wildcards):
 
 def schur_chain_inputs(wildcards):
     """A chain job's inputs: every boundary's Jacobian files and every block's prep arrays."""
-    return spectra_inputs(wildcards) | {"arrays": schur_prep_parts(wildcards, "npz")}
+    return spectra_inputs(wildcards) | {"arrays": schur_prep_parts(wildcards, "arrays.npz")}
 
 
 def schur_chain_parts(wildcards):
     """The chain files a Schur gather reads (each chain's segments in depth order)."""
     m, c = wildcards.model, wildcards.checkpoint
     return [
-        f"results/{m}/{c}/parts/schur/chains/{name}.pkl"
+        f"results/{m}/{c}/parts/schur/chains/{name}.npz"
         for name in schur_settings(m)[1]
     ]
 

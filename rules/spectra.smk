@@ -241,8 +241,8 @@ rule spectra_schur_prep:
     input:
         unpack(spectra_part_inputs),
     output:
-        part="results/{model}/{checkpoint}/parts/schur/prep/{block}.pkl",
-        arrays=temp("results/{model}/{checkpoint}/parts/schur/prep/{block}.npz"),
+        part="results/{model}/{checkpoint}/parts/schur/prep/{block}.npz",
+        arrays=temp("results/{model}/{checkpoint}/parts/schur/prep/{block}.arrays.npz"),
     log:
         "logs/spectra_schur_prep/{model}/{checkpoint}/{block}.log",
     benchmark:
@@ -261,6 +261,7 @@ rule spectra_schur_prep:
     params:
         boundaries=spectra_block,
         first=spectra_block_first,
+        siblings=schur_prep_parts,
         settings=lambda wc: job_settings("spectra_schur_prep", wc.model),
     script:
         "../scripts/spectra_schur_prep.py"
@@ -275,7 +276,7 @@ rule spectra_schur_chain:
     input:
         unpack(schur_chain_inputs),
     output:
-        "results/{model}/{checkpoint}/parts/schur/chains/{chain}.pkl",
+        "results/{model}/{checkpoint}/parts/schur/chains/{chain}.npz",
     log:
         "logs/spectra_schur_chain/{model}/{checkpoint}/{chain}.log",
     benchmark:
@@ -296,6 +297,7 @@ rule spectra_schur_chain:
         blocks=lambda wc: spectra_blocks(wc.model),
         chain=lambda wc: schur_chain_name(schur_chain_of(wc)),
         segment=schur_chain_segment,
+        siblings=schur_chain_parts,
         settings=lambda wc: job_settings("spectra_schur_chain", wc.model),
     script:
         "../scripts/spectra_schur_chain.py"
@@ -303,9 +305,14 @@ rule spectra_schur_chain:
 
 rule spectra_schur_gather:
     input:
-        preps=schur_prep_parts,
-        chains=schur_chain_parts,
-        cumulative="results/{model}/{checkpoint}/cumulative.tsv",
+        unpack(
+            lambda wc: {
+                "preps": schur_prep_parts(wc),
+                "chains": schur_chain_parts(wc),
+                "cumulative": f"results/{wc.model}/{wc.checkpoint}/cumulative.tsv",
+                **spectra_inputs(wc),
+            }
+        ),
     output:
         table_report("results/{model}/{checkpoint}/schur.tsv", "schur"),
     log:

@@ -24,4 +24,5 @@ with job(sm, seed=seed, threads=sm.threads):
         segment=sm.params.segment,
         snapshot_s=snapshot_seconds(sm),
         device=job_device(sm),
+        siblings=list(sm.params.siblings),
     )

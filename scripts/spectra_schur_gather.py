@@ -14,4 +14,5 @@ with job(sm):
         orders=cfg["schur_orders"],
         order_alphas=cfg["schur_order_alphas"],
         segments=sm.params.segments,  # each chain's segment jobs (spectra.chain_segments, by its cost)
+        inputs=[*sm.input.npy, *sm.input.groups, *sm.input.meta],
     )

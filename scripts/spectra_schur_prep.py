@@ -23,4 +23,5 @@ with job(sm, seed=seed, threads=sm.threads):
         ci_controls=cfg["schur_ci_controls"],
         snapshot_s=snapshot_seconds(sm),
         device=job_device(sm),
+        siblings=list(sm.params.siblings),
     )

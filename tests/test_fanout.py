@@ -304,21 +304,21 @@ def _schur_blocks(out, n):
     """(blocks of n boundaries, their prep records, their prep arrays, the chain parts' folder)."""
     blocks = [NAMES[i : i + n] for i in range(0, len(NAMES), n)]
     parts = out / "parts" / "schur"
-    prep = [parts / "prep" / f"{k}.pkl" for k in range(len(blocks))]
-    return blocks, prep, [p.with_suffix(".npz") for p in prep], parts / "chains"
+    prep = [parts / "prep" / f"{k}.npz" for k in range(len(blocks))]
+    return blocks, prep, [p.with_suffix(".arrays.npz") for p in prep], parts / "chains"
 
 
-def _schur_chain_job(folder, out, n, name, snapshot_s=None, segment=None, job=None, **kw):
+def _schur_chain_job(folder, out, n, name, snapshot_s=None, segment=None, job=None, siblings=None, **kw):
     """One chain job (as scripts/spectra_schur_chain.py calls it) over the preps of blocks of n boundaries: the
-    chain `name`, or its `segment` (start, end) written as parts/schur/chains/{job}.pkl."""
+    chain `name`, or its `segment` (start, end) written as parts/schur/chains/{job}.npz."""
     from layergeom.spectral import pipeline
 
     s = SCHUR | kw
     blocks, _, arrays, chains = _schur_blocks(out, n)
     chain_kw = {k: s[k] for k in ("alphas", "seed", "orders", "order_alphas", "dtype", "rank_tol", "ci_level",
                                   "ci_blocks", "ci_controls")}  # fmt: skip
-    pipeline.write_schur_chain(_files(folder, NAMES), arrays, blocks, chains / f"{job or name}.pkl", chain=name,
-                               segment=segment, snapshot_s=snapshot_s, **chain_kw)  # fmt: skip
+    pipeline.write_schur_chain(_files(folder, NAMES), arrays, blocks, chains / f"{job or name}.npz", chain=name,
+                               segment=segment, snapshot_s=snapshot_s, siblings=siblings, **chain_kw)  # fmt: skip
 
 
 #: the prefix fraction the segment tests split their chains with (the rules take each class's from RATES)
@@ -353,7 +353,7 @@ def _schur_fanned(folder, out, n, skip=(), segments=1, **kw):
         for job, segment in _schur_segment_jobs(name, segments):
             if job not in skip:
                 _schur_chain_job(folder, out, n, name, segment=segment, job=job, **kw)
-            chains[job] = folder_chains / f"{job}.pkl"
+            chains[job] = folder_chains / f"{job}.npz"
     pipeline.gather_schur(preps, list(chains.values()), NAMES, out / "schur.tsv", _schur_cumulative(folder, out),
                           alphas=s["alphas"], orders=s["orders"], order_alphas=s["order_alphas"],
                           segments=segments)  # fmt: skip
@@ -389,7 +389,7 @@ def test_the_schur_gather_refuses_a_missing_chain_or_prep(jac, tmp_path):
     from layergeom.spectral import pipeline
 
     chains = _schur_fanned(jac, tmp_path / "fan", 4)
-    preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("*.pkl"))
+    preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("[0-9].npz"))
     out = tmp_path / "bad" / "schur.tsv"
     kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"],
           "cumulative": tmp_path / "fan" / "cumulative.tsv"}  # fmt: skip
@@ -408,7 +408,7 @@ def test_the_schur_gather_refuses_a_missing_chain_or_prep(jac, tmp_path):
 def test_schur_chain_segments_write_the_single_jobs_bytes(jac, tmp_path, segments, over):
     """Each chain as `segments` jobs over consecutive depths (the products advanced without SVDs through the
     depths before each), gathered: the single job's schur.tsv byte for byte, with intervals and orders."""
-    import pickle
+    from layergeom.parts import read_part
 
     _schur_single(jac, tmp_path / "one", **over)
     chains = _schur_fanned(jac, tmp_path / "fan", 3, segments=segments, **over)
@@ -416,18 +416,17 @@ def test_schur_chain_segments_write_the_single_jobs_bytes(jac, tmp_path, segment
     S = min(segments, len(NAMES))
     assert len(chains) == S * len({job.rsplit(".s", 1)[0] for job in chains})
     name = next(iter(chains)).rsplit(".s", 1)[0]
-    parts = [pickle.loads(chains[f"{name}.s{k}"].read_bytes()) for k in range(S)]
+    parts = [read_part(chains[f"{name}.s{k}"], "schur_chain").data for k in range(S)]
     assert [(p["start"], p["end"]) for p in parts] == [seg for _, seg in _schur_segment_jobs(name, segments)]
     assert [len(p["results"]) for p in parts] == [p["end"] - p["start"] for p in parts]
 
 
 def test_the_schur_gather_refuses_a_missing_or_overlapping_segment(jac, tmp_path):
-    import pickle
-
+    from layergeom.parts import read_part, write_part
     from layergeom.spectral import pipeline
 
     chains = _schur_fanned(jac, tmp_path / "fan", 4, segments=3)
-    preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("*.pkl"))
+    preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("[0-9].npz"))
     out = tmp_path / "bad" / "schur.tsv"
     kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"], "segments": 3,
           "cumulative": tmp_path / "fan" / "cumulative.tsv"}  # fmt: skip
@@ -440,11 +439,12 @@ def test_the_schur_gather_refuses_a_missing_or_overlapping_segment(jac, tmp_path
     last = [chains[j] for j in jobs if j != f"{name}.s2"]  # the last depths missing
     with pytest.raises(LayergeomError, match="covering depths"):
         pipeline.gather_schur(preps, last, NAMES, out, **kw)
-    part = pickle.loads(chains[f"{name}.s1"].read_bytes())  # s1 starting a depth early: an overlap with s0
+    s1 = read_part(chains[f"{name}.s1"], "schur_chain")  # s1 starting a depth early: an overlap with s0
+    part = s1.data
     part["start"] -= 1
     part["results"] = part["results"][:1] + part["results"]
-    wide = tmp_path / "wide.pkl"
-    wide.write_bytes(pickle.dumps(part))
+    wide = tmp_path / "wide.npz"
+    write_part(wide, "schur_chain", part, job=s1.job, inputs=[i["path"] for i in s1.inputs], settings=s1.settings)
     with pytest.raises(LayergeomError, match="overlap"):
         pipeline.gather_schur(preps, [wide if p == chains[f"{name}.s1"] else p for p in chains.values()], NAMES,
                               out, **kw)  # fmt: skip
@@ -499,8 +499,9 @@ def test_the_schur_gather_checks_each_chains_own_segment_count(jac, tmp_path):
     for name in (n for n in chains if counts[n] == 3):
         for job, segment in _schur_segment_jobs(name, 3):
             _schur_chain_job(jac, out, 3, name, segment=segment, job=job)
-            parts.append(folder / f"{job}.pkl")
-    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"]}
+            parts.append(folder / f"{job}.npz")
+    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"],
+          "cumulative": out / "cumulative.tsv"}  # fmt: skip
     pipeline.gather_schur(preps, parts, NAMES, tmp_path / "mixed.tsv", segments=counts, **kw)
     assert (tmp_path / "mixed.tsv").read_bytes() == (one / "schur.tsv").read_bytes()
     run = next(n for n in counts if counts[n] == 1)
@@ -534,26 +535,28 @@ def test_boundaries_per_job_fans_out_one_models_schur(tmp_path, n):
         assert _schur_jobs(jobs, "tiny-gpt2") == [("spectra_schur", None)]
         return
     chains = [schur_chain_name(c) for c in schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])]
-    assert len(chains) == 2 * (2 * len(SPECTRA["alphas"]) - 1) + 2 * SPECTRA["schur_orders"]
+    # per variant: the own N at α < 1 and the random N' at α > 0 (α = 1 with the own N is cumulative.tsv's); one
+    # job per random order (both variants)
+    assert len(chains) == 2 * (2 * len(SPECTRA["alphas"]) - 2) + SPECTRA["schur_orders"]
     assert _schur_jobs(jobs, "tiny-gpt2") == sorted(
         [("spectra_schur_gather", None)]
         + [("spectra_schur_prep", str(k)) for k in range(len(blocks))]
         + [("spectra_schur_chain", c) for c in chains]
     )
     out, jac = "results/tiny-gpt2/init", "results/tiny-gpt2/init/jacobians"
-    arrays = [f"{out}/parts/schur/prep/{k}.npz" for k in range(len(blocks))]
+    arrays = [f"{out}/parts/schur/prep/{k}.arrays.npz" for k in range(len(blocks))]
     for j in jobs:
         if j["rule"] == "spectra_schur_prep":
             k = int(j["wildcards"]["block"])
             assert j["input"] == [f"{jac}/{b}.{e}" for e in ("npy", "groups.npy", "json") for b in blocks[k]]
-            assert sorted(j["output"]) == [f"{out}/parts/schur/prep/{k}.npz", f"{out}/parts/schur/prep/{k}.pkl"]
+            assert sorted(j["output"]) == [f"{out}/parts/schur/prep/{k}.arrays.npz", f"{out}/parts/schur/prep/{k}.npz"]
         if j["rule"] == "spectra_schur_chain":  # every boundary's Jacobian files and every block's arrays
             assert j["input"] == [f"{jac}/{b}.{e}" for e in ("npy", "groups.npy", "json") for b in names] + arrays
-            assert j["output"] == [f"{out}/parts/schur/chains/{j['wildcards']['chain']}.pkl"]
+            assert j["output"] == [f"{out}/parts/schur/chains/{j['wildcards']['chain']}.npz"]
         if j["rule"] == "spectra_schur_gather":
-            assert j["input"] == [f"{out}/parts/schur/prep/{k}.pkl" for k in range(len(blocks))] + [
-                f"{out}/parts/schur/chains/{c}.pkl" for c in chains
-            ]
+            assert j["input"] == [f"{out}/parts/schur/prep/{k}.npz" for k in range(len(blocks))] + [
+                f"{out}/parts/schur/chains/{c}.npz" for c in chains
+            ] + [f"{out}/cumulative.tsv"] + [f"{jac}/{b}.{e}" for e in ("npy", "groups.npy", "json") for b in names]
             assert j["output"] == [f"{out}/schur.tsv"]
     for other in ("tiny-neox", "tiny-llama"):
         assert {r for r, _ in _schur_jobs(jobs, other)} == {"spectra_schur"}
@@ -630,9 +633,9 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
         assert res == {"mem_mb": R.schur_chain_mem_mb(d, G, spectra, chain),
                        "runtime": R.schur_chain_runtime_min(d, nb, spectra, chain, seg)}  # fmt: skip
         assert res["runtime"] <= R.schur_chain_runtime_min(d, nb, spectra, chain)  # (both at least MIN_MINUTES)
-        assert j["output"] == [f"{out}/parts/schur/chains/{name}.pkl"]
+        assert j["output"] == [f"{out}/parts/schur/chains/{name}.npz"]
     (gather,) = [j for j in gpt2 if j["rule"] == "spectra_schur_gather"]
-    assert gather["input"][nb:] == [f"{out}/parts/schur/chains/{n}.pkl" for n in names]
+    assert gather["input"][nb : nb + len(names)] == [f"{out}/parts/schur/chains/{n}.npz" for n in names]  # nb preps
     for other in ("tiny-neox", "tiny-llama"):  # not fanned out: the key does nothing
         assert {r for r, _ in _schur_jobs(jobs, other)} == {"spectra_schur"}
     # priorities: a chain job's is its seconds as bench_long_jobs' critical path counts them from the d = 4096
@@ -714,7 +717,7 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
                                 n=n, chain=chain)  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    part, partial = chains / f"{chain}.pkl", chains / resume.PARTIAL
+    part, partial = chains / f"{chain}.npz", chains / resume.PARTIAL
     assert not part.exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{chain}.snapshot.npz"]
     calls, real = [], resume.Snapshots.save
@@ -729,6 +732,71 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
     _schur_fanned(jac, out, n, skip=(chain,))
     assert (out / "schur.tsv").read_bytes() == (tmp_path / "one" / "schur.tsv").read_bytes()
     assert not partial.exists()
+
+
+def _schur_preps(jac, out, n):
+    """The prep jobs of blocks of n boundaries, as _schur_fanned makes them; returns _schur_blocks(out, n)."""
+    from layergeom.spectral import pipeline
+
+    blocks, preps, arrays, chains = _schur_blocks(out, n)
+    kw = {k: SCHUR[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
+                                "order_alphas", "ci_blocks", "ci_controls")}  # fmt: skip
+    for k, block in enumerate(blocks):
+        pipeline.write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
+    return blocks, preps, arrays, chains
+
+
+def test_a_killed_schur_chains_work_goes_when_the_settings_no_longer_have_it(jac, tmp_path):
+    """A chain job (the random control at α = 0.5) killed after its 2nd snapshot leaves its snapshot and lock in
+    parts/schur/chains/.partial/; with settings that no longer have that chain (its siblings: the chains of the
+    new settings), the next chain job removes them, and a chain job of the current settings leaves the work of
+    another current chain in place."""
+    n, out = 3, tmp_path / "fan"
+    *_, chains = _schur_preps(jac, out, n)
+    chain = "update_random_a0.5"
+    script = SCHUR_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac), out=str(out),
+                                n=n, chain=chain)  # fmt: skip
+    assert forked.run(script).returncode == -signal.SIGKILL
+    partial = chains / resume.PARTIAL
+    killed = sorted(p.name for p in partial.iterdir())
+    assert killed == [f"schur_chain_{chain}.lock", f"schur_chain_{chain}.snapshot.npz"]
+    current = [chains / f"{c}.npz" for c in ("update_none_a0.0", chain, "order0")]  # the killed chain's settings
+    _schur_chain_job(jac, out, n, "update_none_a0.0", siblings=current)
+    assert sorted(p.name for p in partial.iterdir()) == killed  # a current chain's work: kept for its rerun
+    other = [chains / f"{c}.npz" for c in ("update_none_a0.0", "order0")]  # settings without it (other α)
+    _schur_chain_job(jac, out, n, "update_none_a0.0", snapshot_s=0, siblings=other)
+    assert not partial.exists()  # the killed chain's files removed, the job's own work cleared
+
+
+def test_the_schur_gather_refuses_a_pickled_or_stale_part(jac, tmp_path):
+    """A pickle where a Schur part belongs is refused unread, naming the file; a chain part computed with other
+    settings than its siblings' (another seed) is stale; one computed from other Jacobian files is refused when
+    the gather is given the checkpoint's (`inputs`)."""
+    import pickle
+
+    from layergeom.parts import read_part, write_part
+    from layergeom.spectral import pipeline
+
+    chains = _schur_fanned(jac, tmp_path / "fan", 4)
+    preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("[0-9].npz"))
+    out = tmp_path / "bad" / "schur.tsv"
+    kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"],
+          "cumulative": tmp_path / "fan" / "cumulative.tsv"}  # fmt: skip
+    paths = list(chains.values())
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(pickle.dumps({"chain": ["order", 0]}))
+    with pytest.raises(LayergeomError, match="a pickle") as err:
+        pipeline.gather_schur(preps, [bad, *paths[1:]], NAMES, out, **kw)
+    assert str(bad) in str(err.value) and "\n" not in str(err.value)
+    first = read_part(paths[0], "schur_chain")
+    write_part(bad, "schur_chain", first.data, job=first.job, inputs=[i["path"] for i in first.inputs],
+               settings=first.settings | {"seed": first.settings["seed"] + 1})  # fmt: skip
+    with pytest.raises(LayergeomError, match="stale"):
+        pipeline.gather_schur(preps, [bad, *paths[1:]], NAMES, out, **kw)
+    with pytest.raises(LayergeomError, match="not an input of this table"):
+        pipeline.gather_schur(preps, paths, NAMES, out, **kw, inputs=[tmp_path / "elsewhere.npy"])
+    pipeline.gather_schur(preps, paths, NAMES, out, **kw, inputs=_files(jac, NAMES).paths())
+    assert out.exists()
 
 
 SEGMENT_SETUP = (
@@ -763,8 +831,8 @@ def test_a_killed_schur_chain_segment_resumes_from_its_snapshot(jac, tmp_path, m
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     partial = chains / resume.PARTIAL
-    assert not (chains / f"{job}.pkl").exists()
-    assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{chain}_4_6.snapshot.npz"]
+    assert not (chains / f"{job}.npz").exists()
+    assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{job}.snapshot.npz"]
     calls, real = [], resume.Snapshots.save
 
     def save(self, done, state, force=False):

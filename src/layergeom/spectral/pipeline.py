@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import shutil
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import read_tsv, save_npy, write_tsv
+from ..parts import SUFFIX as PART_SUFFIX
 from ..parts import read_parts, write_part
 from ..resume import (
     Snapshots,
@@ -697,13 +697,22 @@ class _Deviations(Mapping):
 
 
 # ---- the Schur surgery fanned out (spectra.boundaries_per_job): prep per block, a job per chain, a gather ----
-#: the format of the Schur part files (``write_schur_prep``, ``write_schur_chain``), checked by their readers
-SCHUR_PART_FORMAT = 1
 #: the arrays of one boundary in a prep's .npz (``b{i}.{name}``: i its place in the block): the Schur form
 #: (Q, λ, N, the number of non-zero modes), the order sampler's eigenvectors Y (orders, where usable), the random
 #: control R' = Q_c N' Q_cᴴ (a run with the random N') and the tangents (intervals: δJ₀, δ‖N‖/‖N‖, and δR' with
 #: a random control in schur_ci_controls)
 SCHUR_PREP_ARRAYS = ("Q", "lam", "N", "n_nonzero", "Y", "Rr", "dJ0", "dnorm_rel", "dRr")
+
+
+def _schur_prep_name(out_part) -> str:
+    """A prep job's name in its work folder (its snapshot, lock and boundaries' arrays): by its block."""
+    return f"schur_prep_{Path(out_part).stem}"
+
+
+def _schur_chain_name(out_part) -> str:
+    """A chain job's name in its work folder: by its output, the chain and its segment (``update_none_a0.5.s1``)."""
+    name = Path(out_part).name
+    return f"schur_chain_{name[: -len(PART_SUFFIX)] if name.endswith(PART_SUFFIX) else name}"
 
 
 def _order_alphas(alphas, order_alphas) -> list[float]:
@@ -806,26 +815,31 @@ def write_schur_prep(
     order_alphas,
     snapshot_s: float | None = None,
     device: str = "cpu",
+    siblings: Iterable | None = None,
 ) -> None:
     """One block of a checkpoint's boundaries for the fanned-out Schur surgery (rule ``spectra_schur_prep``):
     ``schur.prepare_boundary`` of each (the single job's per-boundary step; `first` is the depth index of the
     block's first boundary: it seeds the control N' and the random orders). `out_arrays` (.npz) gets what the
-    chains read and cannot recompute cheaply (``SCHUR_PREP_ARRAYS``, lossless); `out_part` (pickle) the
-    records the gather writes into schur.tsv (the b_* metrics, ‖N‖_F), the boundaries and the group counts.
+    chains read and cannot recompute cheaply (``SCHUR_PREP_ARRAYS``, lossless); `out_part` (a part file,
+    ``layergeom.parts``: arrays and JSON with the record of this job) the records the gather writes into
+    schur.tsv (the b_* metrics, ‖N‖_F), the boundaries and the group counts.
 
     Each boundary's arrays go into the work folder (``parts/schur/prep/.partial/``) as it finishes, then into
     `out_arrays` at the end. ``snapshot_s``: save the records done so far every that many seconds, and resume
     after them (``resume``; their boundaries' arrays are in the work folder). ``device``: where the
-    decompositions run.
+    decompositions run. `siblings`: the record parts of every block of the current settings (the work a killed
+    prep of a block they no longer have left in the folder is removed).
     """
     check_surgery(boundary_metrics, orders)
     spread = _order_alphas(alphas, order_alphas)
     tol, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
-    what = f"schur_prep_{Path(out_part).stem}"
-    settings = _schur_settings(dtype, rank_tol, ci_level=None, ci_blocks=ci_blocks, ci_controls=ci_controls,
-                               kwargs={"first": first, "alphas": list(alphas), "seed": seed, "sr_k": sr_k,
-                                       "boundary_metrics": boundary_metrics, "orders": orders,
-                                       "order_alphas": spread})  # fmt: skip
+    what = _schur_prep_name(out_part)
+    _remove_unowned_work(out_part, siblings, _schur_prep_name)
+    common = _schur_settings(dtype, rank_tol, ci_level=None, ci_blocks=ci_blocks, ci_controls=ci_controls,
+                             kwargs={"alphas": list(alphas), "seed": seed, "sr_k": sr_k,
+                                     "boundary_metrics": boundary_metrics, "orders": orders,
+                                     "order_alphas": spread})  # fmt: skip
+    settings = common | {"first": first}
     snap = snapshots_for(files, out_part, what, settings, snapshot_s)
     work = work_dir(out_part)
     done = [work / f"{what}.b{i}.npz" for i in range(len(files.names))]  # each boundary's arrays
@@ -865,10 +879,9 @@ def write_schur_prep(
                 npz.copy_from(path, f"b{i}.")
         finally:
             npz.close()
-    part = {"format": SCHUR_PART_FORMAT, "boundaries": list(files.names), "first": int(first),
-            "counts": [int(c) for c in counts], "records": records}  # fmt: skip
-    with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
-        pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    data = {"boundaries": list(files.names), "first": int(first), "counts": [int(c) for c in counts],
+            "records": records}  # fmt: skip
+    write_part(out_part, "schur_prep", data, job="spectra_schur_prep", inputs=files.paths(), settings=common)
     remove_work(work, [p.name for p in done])
     snap.clear()
 
@@ -904,12 +917,13 @@ def write_schur_chain(
     segment: tuple[int, int] | None = None,
     snapshot_s: float | None = None,
     device: str = "cpu",
+    siblings: Iterable | None = None,
 ) -> None:
     """One product chain of the Schur surgery through every boundary in depth order (rule ``spectra_schur_chain``):
     `chain` a name of ``settings.schur_chains`` (``schur_chain_name``), stepped by ``schur.step_chain`` (the
     single job's) on the operators rebuilt from the prep arrays (`prep_arrays`, one .npz per block of
     `blocks`), J̄ and the replicates' deviations from `files` (every boundary). Writes its results per depth
-    (pickle) for ``gather_schur``.
+    in a part file (``layergeom.parts``) for ``gather_schur``.
 
     ``segment`` (start, end): only the depths start..end−1 (spectra.chain_segments; ``settings.
     chain_segment_bounds``): the products are advanced through the depths before `start` without their SVDs
@@ -918,7 +932,9 @@ def write_schur_chain(
 
     ``snapshot_s``: save the products every that many seconds, and resume from them (``resume``); the chains of
     a checkpoint share their work folder (``parts/schur/chains/.partial/``), each (segment) with its own
-    snapshot, which covers its prefix as well. ``device``: where the product chain computes (it resumes on any).
+    snapshot, which covers its prefix as well (`siblings`: the outputs of every chain job of the current
+    settings; the work of others, such as a chain or segment the settings no longer have, is removed).
+    ``device``: where the product chain computes (it resumes on any).
     """
 
     alphas = schur_alphas(alphas)
@@ -937,11 +953,11 @@ def write_schur_chain(
     _, reps, counts, ci_controls = _schur_setup(files, ci_blocks, ci_controls, dtype, rank_tol, "schur.tsv")
     weights = None if reps is None else reps.weights
     prep = _PrepArrays(prep_arrays, blocks)
-    kw = {"chain": chain, "alphas": alphas, "seed": seed, "orders": orders, "order_alphas": spread}
-    what = f"schur_chain_{chain}"
-    if segment is not None:
-        kw["segment"], what = [first, end], f"{what}_{first}_{end}"
-    settings = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls, kw)
+    _remove_unowned_work(out_part, siblings, _schur_chain_name)
+    common = _schur_settings(dtype, rank_tol, ci_level, ci_blocks, ci_controls,
+                             {"alphas": alphas, "seed": seed, "orders": orders, "order_alphas": spread})  # fmt: skip
+    settings = common | {"chain": chain} | ({} if segment is None else {"segment": [first, end]})
+    what = _schur_chain_name(out_part)
     snap = Snapshots.for_job(out_part, what, [*files.paths(), *prep_arrays], settings, snapshot_s)
     last = snap.load()
     start, results, chains = 0, [], {}
@@ -973,12 +989,9 @@ def write_schur_chain(
             results.append(step_chain(spec, chains, st, **step))
         del st, b, form, a, tan, D
         snap.save(bi + 1, lambda: {"results": results, "chains": _chain_states(chains)})
-    part = {"format": SCHUR_PART_FORMAT, "chain": list(spec), "boundaries": list(files.names),
-            "counts": [int(c) for c in counts], "results": results}  # fmt: skip
-    if segment is not None:
-        part |= {"start": first, "end": end}
-    with atomic_path(out_part) as tmp, open(tmp, "wb") as fh:
-        pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    data = {"chain": list(spec), "boundaries": list(files.names), "counts": [int(c) for c in counts],
+            "results": results, "start": first, "end": end}  # fmt: skip
+    write_part(out_part, "schur_chain", data, job="spectra_schur_chain", inputs=files.paths(), settings=common)
     snap.clear()
 
 
@@ -993,6 +1006,7 @@ def gather_schur(
     orders: int,
     order_alphas,
     segments: int | Mapping[str, int] = 1,
+    inputs=None,
 ) -> pd.DataFrame:
     """schur.tsv of a checkpoint from its prep records, its chains' results and (α = 1, own N) its cumulative.tsv
     (rule ``spectra_schur_gather``): byte for byte what :func:`write_schur` writes in one job (``schur.surgery_rows``, ``surgery_table``).
@@ -1001,15 +1015,13 @@ def gather_schur(
     the same boundaries, as min(its count, boundaries) parts whose depth ranges cover every depth once, in order
     (their results concatenated); all with one grouping of the samples. `segments`: the count of every chain,
     or each chain's by its name (``schur_chain_name``; spectra.chain_segments splits the costlier chains into
-    more jobs, ``resources.schur_chain_segments``)."""
-
-    def load(path, what):
-        with open(path, "rb") as fh:
-            part = pickle.load(fh)
-        if not isinstance(part, dict) or part.get("format") != SCHUR_PART_FORMAT:
-            raise LayergeomError(f"{path}: not a Schur {what} part of this version; rerun its spectra_schur_{what} job")
-        return part
-
+    more jobs, ``resources.schur_chain_segments``). The parts are read by ``parts.read_parts`` (one clear error
+    for a truncated, pickled, foreign or stale part, or one of other settings than its siblings'; with `inputs`,
+    the checkpoint's Jacobian files, each computed from them as they are now)."""
+    inputs = None if inputs is None else list(inputs)
+    prep_parts = [(p.path, p.data) for p in read_parts(preps, "schur_prep", inputs=inputs, job="spectra_schur_prep")]
+    chain_parts = [(p.path, p.data) for p in read_parts(chains, "schur_chain", inputs=inputs,
+                                                         job="spectra_schur_chain")]  # fmt: skip
     records, names, first = [], [], None
 
     def same_counts(path, part):
@@ -1020,8 +1032,7 @@ def gather_schur(
             raise LayergeomError(f"{path}: group_counts {part['counts']} differ from {first[0]}'s {first[1]}; the "
                                  "intervals need one grouping of the samples per checkpoint: rerun the Jacobian job")  # fmt: skip
 
-    for path in preps:
-        part = load(path, "prep")
+    for path, part in prep_parts:
         same_counts(path, part)
         names += part["boundaries"]
         records += part["records"]
@@ -1032,8 +1043,7 @@ def gather_schur(
     spread = _order_alphas(alphas, order_alphas)
     plan = schur_chains(alphas, orders, SCHUR_VARIANTS, spread)
     n, pieces = len(names), {}
-    for path in chains:
-        part = load(path, "chain")
+    for path, part in chain_parts:
         same_counts(path, part)
         spec = tuple(part["chain"])
         start, end = int(part.get("start", 0)), int(part.get("end", n))
