@@ -292,7 +292,9 @@ def anchor(rates: dict, work: dict, seconds: float, runs: list[dict]) -> tuple[d
     del R.MODEL_RATES["_"]
     if predicted >= seconds:
         return rates, None
-    top = max((k for k in work if work[k] > 0), key=lambda k: work[k] / max(max(r["work"].get(k, 0.0) for r in runs), 1e-300))
+    top = max(
+        (k for k in work if work[k] > 0), key=lambda k: work[k] / max(max(r["work"].get(k, 0.0) for r in runs), 1e-300)
+    )
     rest = predicted - rates.get(top, 0.0) * work[top]
     return rates | {top: _ceil3((seconds - rest) / work[top])}, top
 
@@ -393,8 +395,13 @@ def main():
     ap.add_argument("--windows", type=int, nargs="+", default=[32, 96])
     ap.add_argument("--extra", nargs="*", default=["2048:32"], help="more width:windows pairs")
     ap.add_argument("--anchor-run", type=Path, help="a run of bench/configs/papers_shape.yaml (its benchmarks/)")
-    ap.add_argument("--compare", nargs="*", default=[], metavar="RUN=CONFIG",
-                    help="runs whose model jobs to set against their requests (a run directory and its config file)")
+    ap.add_argument(
+        "--compare",
+        nargs="*",
+        default=[],
+        metavar="RUN=CONFIG",
+        help="runs whose model jobs to set against their requests (a run directory and its config file)",
+    )
     ap.add_argument("--child", nargs=2)
     ap.add_argument("--child-sequence", nargs=3, metavar=("FOLDER", "D", "WINDOWS"))
     ap.add_argument("--refit", action="store_true", help="the rates again from the result file's timings")
@@ -449,7 +456,9 @@ def main():
     for r in out["runs"]:  # what this checkout counts for each run (the counts may have changed since it ran)
         dims = R.model_dims(hf_config(r["d"]))
         wb = 4 * (dims["params"] + (2 * dims["n_layers"] + 1) * r["d"])  # the safetensors: every matrix and norm
-        r["counted_mb"], r["request_mb"], r["work"] = counted(r["job"], dims, job_inputs(r["job"], dims, r["n_windows"], wb, s))
+        r["counted_mb"], r["request_mb"], r["work"] = counted(
+            r["job"], dims, job_inputs(r["job"], dims, r["n_windows"], wb, s)
+        )
         r["counted_mb"] /= 1e6
         r["covered"] = r["peak_mb"] * 2**20 / 1e6 <= r["counted_mb"] + R.TORCH_BASE_MB  # before SAFETY
     if a.anchor_run:

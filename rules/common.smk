@@ -627,7 +627,9 @@ def schur_inputs(wildcards):
 
 def schur_chain_inputs(wildcards):
     """A chain job's inputs: every boundary's Jacobian files and every block's prep arrays."""
-    return spectra_inputs(wildcards) | {"arrays": schur_prep_parts(wildcards, "arrays.npz")}
+    return spectra_inputs(wildcards) | {
+        "arrays": schur_prep_parts(wildcards, "arrays.npz")
+    }
 
 
 def schur_chain_parts(wildcards):

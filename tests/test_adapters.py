@@ -202,7 +202,6 @@ def test_stacked_runs_resume_each_window(type_adapter, token_ids):
 FD_STEPS, FD_TOL, FD_ROUND = (2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 1e-1), 1e-4, 16 * torch.finfo(torch.float32).eps
 
 
-
 def assert_matches_fd(J: torch.Tensor, fn, x: torch.Tensor, what: str) -> None:
     """J (d, d) at one state x (d,) of a row-wise map fn against finite differences (bound: see above)."""
     r = float(x.pow(2).mean().sqrt())

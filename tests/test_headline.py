@@ -69,8 +69,17 @@ def fake_run(root, rng) -> dict:
                               "erank_ci_low": [1.0, 39.0, 3, 11], "erank_ci_high": [2.0, 41.0, 3.5, 12]})  # fmt: skip
         write_tsv(schur, d / "schur.tsv")
         sig = [True, True, False, True] + [False] * 8
-        co = pd.DataFrame({"boundary": sp["boundary"], "layer": sp["layer"], "kind": sp["kind"], "rho": 0.3,
-                           "p_value": 0.01, "significant": sig, "significant_layer": [True] * 2 + [False] * 10})
+        co = pd.DataFrame(
+            {
+                "boundary": sp["boundary"],
+                "layer": sp["layer"],
+                "kind": sp["kind"],
+                "rho": 0.3,
+                "p_value": 0.01,
+                "significant": sig,
+                "significant_layer": [True] * 2 + [False] * 10,
+            }
+        )
         write_tsv(co, d / "coupling.tsv")
         write_tsv(pd.DataFrame({"class": ["lowrank", "orthogonal", "mlp"], "spearman_rho": [0.434, 0.5, 0.9]}),
                   d / "tokenwise" / "pooled.tsv")  # fmt: skip

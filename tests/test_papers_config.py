@@ -279,7 +279,11 @@ def _model_job_requests(papers: dict, model: str) -> dict[str, tuple[int, int]]:
     sec = {s: lgconfig.model_section(cfg, model, s) for s in ("activations", "tokenwise", "spectra")}
     dims = R.model_dims(None, mc["d_model"], mc["n_layers"])
     n, T = cfg["corpus"]["n_windows"], cfg["corpus"]["window_tokens"]
-    wb, b, sb = dims["params"] * R.DTYPE_BYTES[mc["dtype"]], R.DTYPE_BYTES[mc["dtype"]], R.DTYPE_BYTES[sec["activations"]["dtype"]]
+    wb, b, sb = (
+        dims["params"] * R.DTYPE_BYTES[mc["dtype"]],
+        R.DTYPE_BYTES[mc["dtype"]],
+        R.DTYPE_BYTES[sec["activations"]["dtype"]],
+    )
     names = boundaries_for(mc["family"], mc["n_layers"])
     act = dict(n_windows=n, window_tokens=T, batch_size=sec["activations"]["batch_size"], n_names=len(names) + 1,
                model_bytes=b, store_bytes=sb, weight_bytes=wb)  # fmt: skip

@@ -48,7 +48,6 @@ def fd_setting(family, context="isolated"):
     return FD["float32_inside" if family in FLOAT32_INSIDE[context] else "float64"]
 
 
-
 @pytest.fixture
 def adapter64(family):
     return get_adapter(tiny_model(family, dtype=torch.float64))
@@ -280,13 +279,16 @@ def test_route_choice_and_fallback_logged(caplog):
     with pytest.raises(LayergeomError, match="method: structured"):
         jac.choose_method(mamba, "L0.block", "isolated", "structured")
     assert jac.choose_method(llama, "L0.attn", "isolated", SPECTRA["method"])[0] == "structured"
-    assert jac.choose_method(llama, "L0.mlp", "in_context", SPECTRA["method"])[0] == "structured"  # tokenwise: same Jacobian
+    assert (
+        jac.choose_method(llama, "L0.mlp", "in_context", SPECTRA["method"])[0] == "structured"
+    )  # tokenwise: same Jacobian
     assert jac.choose_method(llama, "L0.attn", "in_context", SPECTRA["method"])[0] == "autodiff"
     assert jac.choose_method(llama, "L0.attn", "isolated", "autodiff")[0] == "autodiff"
     x = torch.randn(6, mamba.d_model, generator=torch.Generator().manual_seed(8))
     with caplog.at_level(logging.INFO, logger="layergeom"):
-        res = jac.boundary_jacobian(mamba, "L0.block", x, np.array([0, 0, 0, 1, 1, 1]), 2, summary_idx=np.arange(2),
-                                    **boundary_kw())
+        res = jac.boundary_jacobian(
+            mamba, "L0.block", x, np.array([0, 0, 0, 1, 1, 1]), 2, summary_idx=np.arange(2), **boundary_kw()
+        )
     assert res.method == "autodiff"
     assert any("autodiff" in r.getMessage() and "describes no structure" in r.getMessage() for r in caplog.records)
     ref = jac.isolated_jacobians(mamba, "L0.block", x, mode=MODE).double()
@@ -300,12 +302,18 @@ def test_failed_check_falls_back_or_raises(caplog, monkeypatch):
     monkeypatch.setattr(ad, "structure", lambda b: _without_offset(good(b)))
     x = torch.randn(4, ad.d_model, generator=torch.Generator().manual_seed(8))
     with caplog.at_level(logging.WARNING, logger="layergeom"):
-        res = jac.boundary_jacobian(ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2),
-                                    **boundary_kw())
+        res = jac.boundary_jacobian(
+            ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2), **boundary_kw()
+        )
     assert res.method == "autodiff" and any("disagrees" in r.getMessage() for r in caplog.records)
     with pytest.raises(LayergeomError, match="disagrees"):
         jac.boundary_jacobian(
-            ad, "L0.mlp", x, np.zeros(4, dtype=np.int64), 1, summary_idx=np.arange(2),
+            ad,
+            "L0.mlp",
+            x,
+            np.zeros(4, dtype=np.int64),
+            1,
+            summary_idx=np.arange(2),
             **boundary_kw(method="structured"),
         )
 
@@ -475,12 +483,18 @@ def test_jacobian_resume_key_names_the_machine(llama_store):
     ad, _, store = llama_store
     cfg = jac.JacobianSettings.from_config(CFG)
     key = pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
-    assert key == pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
-    assert key != pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cuda:0", torch_threads=torch.get_num_threads()))
+    assert key == pipeline.resume_key(
+        store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads())
+    )
+    assert key != pipeline.resume_key(
+        store, "L0.attn", cfg, 0, "w", machine_id("cuda:0", torch_threads=torch.get_num_threads())
+    )
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(threads + 1)
-        assert key != pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
+        assert key != pipeline.resume_key(
+            store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads())
+        )
     finally:
         torch.set_num_threads(threads)
 

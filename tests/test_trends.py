@@ -19,7 +19,13 @@ def spectra_frame(n_layers: int, values: dict[str, callable], half: float = 0.01
     for layer in range(n_layers):
         x = layer / max(n_layers - 1, 1)
         for kind in ("attn", "mlp"):
-            row = {"boundary": f"L{layer}.{kind}", "layer": layer, "kind": kind, "numerical_rank": 8, "sr_baseline": 0.1}
+            row = {
+                "boundary": f"L{layer}.{kind}",
+                "layer": layer,
+                "kind": kind,
+                "numerical_rank": 8,
+                "sr_baseline": 0.1,
+            }
             for m in METRICS:
                 v = values[kind](m, x)
                 row[m] = v
