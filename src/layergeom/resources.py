@@ -899,7 +899,9 @@ def jacobian_boundary_bytes(dims: dict, kind: str, *, n_samples: int, n_tokens: 
     if kind == "attn":
         total += m * d * model_bytes  # the value weights repeated onto the query heads (heads·head_dim, d)
     c = min(N, max(1, STRUCTURED_CHUNK_ELEMENTS // (4 * m)))  # samples per chunk
-    chunk = c * m * (6 * b + 2 * 8)  # per chunk: up, gate, act, act', their products (c, m), two float64 weights
+    # per chunk (c, m): up, gate, the tangent of ones, act and act' from torch.func.jvp of the activation with its
+    # two temporaries (SiLU: the sigmoid and its derivative's factor), the term's product; two float64 weights
+    chunk = c * m * (8 * b + 2 * 8)
     product = min(G, max(1, STRUCTURED_PRODUCT_ELEMENTS // (d * m))) * (d * m * b + d2 * (b + 8))  # a batch of
     # scaled weights (G', d, m) and its product (G', d, d) with the float64 copy
     S = min(N, int(spectra.get("summary_samples") or 0))
