@@ -1,7 +1,8 @@
 """Rates and peak memory of the model jobs (activations, Jacobians, tokenwise fits and KL), for their `runtime` and
 `mem_mb` (run by hand).
 
-``layergeom.resources`` (MODEL_RATES, the ``*_bytes`` counts) cites this bench. On a random Llama-shaped checkpoint
+``layergeom.resources`` (the ``*_bytes`` counts and the ``*_work`` terms) cites this bench; its fitted rates are not
+used yet (the model jobs' runtimes are the profile's). On a random Llama-shaped checkpoint
 at each width of `--dims` (d_ff = 3.5·d, heads of 64 with 4 query heads per key-value head, 2 blocks, a vocabulary
 of 8192: the papers' 8B shapes scaled down) and each corpus size of `--windows` (windows of 128 random tokens), each
 job's own function runs in a fresh process with the schema's default settings, one after the other, as the
@@ -281,15 +282,20 @@ def _ceil3(x: float) -> float:
     return ceil(x / 10**e) * 10**e
 
 
+#: the rates this run fitted (``rates_from``), per job: what ``compare`` predicts with
+FITTED: dict[str, dict[str, float]] = {}
+
+
+def job_seconds(rates: dict, work: dict) -> float:
+    """Expected seconds of a model job from its work terms at `rates` (start + Σ rate·work), no margin."""
+    return rates.get("start", 0.0) + sum(rates.get(k, 0.0) * v for k, v in work.items())
+
+
 def anchor(rates: dict, work: dict, seconds: float, runs: list[dict]) -> tuple[dict, str | None]:
     """The rates with one term's rate raised so that start + Σ rate·work reaches `seconds` (unchanged when it already
     does): the term that grows most from the bench's runs to the anchor's (its work there over its largest in the
     runs), the one whose rate the small widths pin down least; also the term raised."""
-    from layergeom import resources as R
-
-    R.MODEL_RATES["_"] = rates
-    predicted = R.model_job_seconds("_", work)
-    del R.MODEL_RATES["_"]
+    predicted = job_seconds(rates, work)
     if predicted >= seconds:
         return rates, None
     top = max(
@@ -355,9 +361,8 @@ def compare(run: Path, configfile: Path) -> list[dict]:
             mem, work = R.jacobians_mem_mb(dims, kinds, weight_bytes=wb, **kw), R.jacobians_work(dims, kinds, **kw)
         rec = {"job": kind, "file": j.bench, "d": dims["d"], "wall_s": j.seconds, "cpu_s": j.cpu, "peak_mib": j.peak,
                "anon_mib": None if j.anon != j.anon else j.anon, "mem_mb": mem, "work": work}  # fmt: skip
-        if kind in R.MODEL_RATES:
-            rec["expected_s"] = R.model_job_seconds(kind, work)
-            rec["runtime_min"] = R.model_job_runtime_min(kind, work)
+        if kind in FITTED:
+            rec["expected_s"] = job_seconds(FITTED[kind], work)
         rows.append(rec)
     return rows
 
@@ -466,7 +471,7 @@ def main():
     anchors = {k: v for k, v in out.get("anchors", {}).items() if k in JOBS}
     timings = {job: [r for r in out["runs"] if r["job"] == job] for job in JOBS}
     out["rates"], out["anchored"] = rates_from(timings, anchors)
-    R.MODEL_RATES.update(out["rates"])
+    FITTED.update(out["rates"])
     for pair in a.compare:  # each model job of a run against what this checkout asks for it, with these rates
         run, configfile = pair.split("=", 1)
         out.setdefault("compare", {})[run] = {"config": configfile, "jobs": compare(Path(run), Path(configfile))}

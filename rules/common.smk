@@ -1046,24 +1046,20 @@ def figure_runtime(wildcards, attempt):
 # safetensors header once its weights exist (as when the job runs), else the model's config where it is readable
 # at DAG time (model_width's sources), else its d_model and n_layers (upper bounds for the rest:
 # resources.model_dims); with no width at hand the fallback (MIN_MB, UNKNOWN_MINUTES), named by the DAG build.
-# The corpus sizes are the config's (the store's store.json once it exists). Memory and runtime double on a retry.
+# The corpus sizes are the config's (the store's store.json once it exists). Memory doubles on a retry; their
+# runtimes are the profile's (not modelled yet: profiles/slurm/config.yaml).
 import json as _json
 
 from layergeom.resources import (
     DTYPE_BYTES,
     activations_mem_mb,
-    activations_work,
     jacobian_sample_count,
     jacobians_mem_mb,
-    jacobians_work,
     model_dims,
-    model_job_runtime_min,
     safetensors_bytes,
     store_names,
     tokenwise_fit_mem_mb,
-    tokenwise_fit_work,
     tokenwise_kl_mem_mb,
-    tokenwise_kl_work,
 )
 from layergeom.names import parse_boundary
 
@@ -1138,13 +1134,6 @@ def activations_memory(wildcards, input, attempt):
     return activations_mem_mb(dims, **kw) * attempt
 
 
-def activations_runtime(wildcards, input, attempt):
-    """runtime (minutes) of the activation dump for this try: every token through the model, the store written."""
-    dims, kw = _activations_sizes(wildcards, input)
-    work = activations_work(dims, **kw) if dims else None
-    return model_job_runtime_min("activations", work) * attempt
-
-
 def _fit_sizes(wildcards, input):
     m = wildcards.model
     store = getattr(input, "activations", None)
@@ -1163,17 +1152,6 @@ def tokenwise_fit_memory(wildcards, input, attempt):
     return tokenwise_fit_mem_mb(d, **kw) * attempt
 
 
-def tokenwise_fit_runtime(wildcards, input, attempt):
-    """runtime (minutes) of one layer's fits for this try (a group job asks for the sum over its layers)."""
-    d, kw = _fit_sizes(wildcards, input)
-    return (
-        model_job_runtime_min(
-            "tokenwise_fit", tokenwise_fit_work(d, **kw) if d else None
-        )
-        * attempt
-    )
-
-
 def _kl_sizes(wildcards, input):
     m = wildcards.model
     dims, wb, b = job_model(m, input)
@@ -1188,17 +1166,6 @@ def tokenwise_kl_memory(wildcards, input, attempt):
     """mem_mb of the KL job for this try: the weights, every layer's patches, a chunk of resumed windows."""
     dims, kw = _kl_sizes(wildcards, input)
     return tokenwise_kl_mem_mb(dims, **kw) * attempt
-
-
-def tokenwise_kl_runtime(wildcards, input, attempt):
-    """runtime (minutes) of the KL job for this try: the clean passes, every patch resumed, its KL."""
-    dims, kw = _kl_sizes(wildcards, input)
-    return (
-        model_job_runtime_min(
-            "tokenwise_kl", tokenwise_kl_work(dims, **kw) if dims else None
-        )
-        * attempt
-    )
 
 
 def _jacobian_sizes(model, input):
@@ -1222,12 +1189,3 @@ def jacobians_memory(model):
     return mem
 
 
-def jacobians_runtime(model):
-    """runtime (minutes) of a model's Jacobian job for this try: every boundary's samples and products."""
-
-    def minutes(wildcards, input, attempt):
-        dims, kinds, _, kw = _jacobian_sizes(model, input)
-        work = jacobians_work(dims, kinds, **kw) if dims else None
-        return model_job_runtime_min("jacobians", work) * attempt
-
-    return minutes

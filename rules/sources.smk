@@ -156,7 +156,6 @@ rule activations:
     resources:
         gpu=gpu_jobs(),
         mem_mb=activations_memory,
-        runtime=activations_runtime,
     params:
         settings=lambda wc: job_settings("activations", wc.model),
     script:

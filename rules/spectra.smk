@@ -33,7 +33,6 @@ for _m in MODELS:
         resources:
             gpu=gpu_jobs(),
             mem_mb=jacobians_memory(_m),
-            runtime=jacobians_runtime(_m),
         params:
             boundaries=boundaries(_m),
             settings=job_settings("spectra_jacobians", _m),

@@ -24,7 +24,7 @@ rule tokenwise_fit:
     resources:
         gpu=gpu_jobs(),
         mem_mb=tokenwise_fit_memory,
-        runtime=tokenwise_fit_runtime,  # per layer; the group job asks for the sum over its layers
+        runtime=by_attempt(5),  # minutes per layer; the group job asks for the sum over its layers
     params:
         settings=lambda wc: job_settings("tokenwise_fit", wc.model),
     script:
@@ -49,7 +49,6 @@ rule tokenwise_kl:
     resources:
         gpu=gpu_jobs(),
         mem_mb=tokenwise_kl_memory,
-        runtime=tokenwise_kl_runtime,
     params:
         settings=lambda wc: job_settings("tokenwise_kl", wc.model),
     script:

@@ -269,9 +269,9 @@ def test_papers_shape_report_flags_a_job_over_its_request(tmp_path):
 MODEL_JOBS = re.compile(r"activations|spectra_jacobians_\w+|tokenwise_fit|tokenwise_kl")
 
 
-def _model_job_requests(papers: dict, model: str) -> dict[str, tuple[int, int]]:
-    """What layergeom.resources asks for each model job of an 8B checkpoint, computed here from the config alone
-    (d_model, n_layers, the corpus and the sections: no config.json before the download)."""
+def _model_job_requests(papers: dict, model: str) -> dict[str, int]:
+    """What layergeom.resources asks (mem_mb) for each model job of an 8B checkpoint, computed here from the config
+    alone (d_model, n_layers, the corpus and the sections: no config.json before the download)."""
     from layergeom import resources as R
 
     cfg = lgconfig.validate(copy.deepcopy(papers))
@@ -279,11 +279,8 @@ def _model_job_requests(papers: dict, model: str) -> dict[str, tuple[int, int]]:
     sec = {s: lgconfig.model_section(cfg, model, s) for s in ("activations", "tokenwise", "spectra")}
     dims = R.model_dims(None, mc["d_model"], mc["n_layers"])
     n, T = cfg["corpus"]["n_windows"], cfg["corpus"]["window_tokens"]
-    wb, b, sb = (
-        dims["params"] * R.DTYPE_BYTES[mc["dtype"]],
-        R.DTYPE_BYTES[mc["dtype"]],
-        R.DTYPE_BYTES[sec["activations"]["dtype"]],
-    )
+    b, sb = R.DTYPE_BYTES[mc["dtype"]], R.DTYPE_BYTES[sec["activations"]["dtype"]]
+    wb = dims["params"] * b
     names = boundaries_for(mc["family"], mc["n_layers"])
     act = dict(n_windows=n, window_tokens=T, batch_size=sec["activations"]["batch_size"], n_names=len(names) + 1,
                model_bytes=b, store_bytes=sb, weight_bytes=wb)  # fmt: skip
@@ -297,20 +294,19 @@ def _model_job_requests(papers: dict, model: str) -> dict[str, tuple[int, int]]:
     jac = dict(n_samples=ns, n_tokens=n * T, window_tokens=T, n_groups=min(sec["spectra"]["n_groups"], wins),
                spectra=sec["spectra"], store_bytes=sb, model_bytes=b)  # fmt: skip
     return {
-        "activations": (R.activations_mem_mb(dims, **act), R.model_job_runtime_min("activations", R.activations_work(dims, **act))),
-        "tokenwise_fit": (R.tokenwise_fit_mem_mb(dims["d"], **fit),
-                          R.model_job_runtime_min("tokenwise_fit", R.tokenwise_fit_work(dims["d"], **fit))),
-        "tokenwise_kl": (R.tokenwise_kl_mem_mb(dims, **kl), R.model_job_runtime_min("tokenwise_kl", R.tokenwise_kl_work(dims, **kl))),
-        "spectra_jacobians": (R.jacobians_mem_mb(dims, kinds, weight_bytes=wb, **jac),
-                              R.model_job_runtime_min("jacobians", R.jacobians_work(dims, kinds, **jac))),
-    }  # fmt: skip
+        "activations": R.activations_mem_mb(dims, **act),
+        "tokenwise_fit": R.tokenwise_fit_mem_mb(dims["d"], **fit),
+        "tokenwise_kl": R.tokenwise_kl_mem_mb(dims, **kl),
+        "spectra_jacobians": R.jacobians_mem_mb(dims, kinds, weight_bytes=wb, **jac),
+    }
 
 
 @pytest.mark.dag
 def test_papers_8b_model_job_requests_are_real(papers, papers_dry_run):
-    """Each 8B checkpoint's activation dump, Jacobian job, every layer's fits and the KL ask for what
-    layergeom.resources computes from the config (d_model, n_layers, the corpus and the sections), not a flat
-    default or the fallback; the dump and the Jacobians of d = 4096 ask for more than the 4 GB they had."""
+    """Each 8B checkpoint's activation dump, Jacobian job, every layer's fits and the KL ask for the memory
+    layergeom.resources counts from the config (d_model, n_layers, the corpus and the sections), not a flat default
+    or the fallback; the dump and the Jacobians of d = 4096 ask for more than the 4 GB they had. (Their runtimes
+    are the cluster profile's: not modelled yet.)"""
     jobs = [j for j in dry_run_jobs(papers_dry_run) if MODEL_JOBS.fullmatch(j["rule"]) and j["model"] in PAPERS_8B]
     for m in PAPERS_8B:
         want = _model_job_requests(papers, m)
@@ -320,8 +316,7 @@ def test_papers_8b_model_job_requests_are_real(papers, papers_dry_run):
             assert sorted(set(rules)) == sorted(want), (m, c, rules)
             assert rules.count("tokenwise_fit") == papers["models"][m]["n_layers"], (m, c)
             for rule, j in zip(rules, mine):
-                r = j["resources"]
-                got = (int(r["mem_mb"]), int(r["runtime"]))
-                assert got == want[rule], f"{m}/{c} {j['rule']}: {r}, expected mem_mb, runtime {want[rule]}"
-                assert got != (MIN_MB, UNKNOWN_MINUTES), f"{m}/{c} {j['rule']}: the fallback request"
-        assert want["activations"][0] > 4000 and want["spectra_jacobians"][0] > 4000, want
+                got = int(j["resources"]["mem_mb"])
+                assert got == want[rule], f"{m}/{c} {j['rule']}: {j['resources']}, expected mem_mb {want[rule]}"
+                assert got != MIN_MB, f"{m}/{c} {j['rule']}: the fallback request"
+        assert want["activations"] > 4000 and want["spectra_jacobians"] > 4000, want

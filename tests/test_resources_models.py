@@ -63,7 +63,6 @@ def test_requests_grow_with_the_width_and_double_on_a_retry():
     fit = dict(n_tokens=128000, n_pool=127000, n_anchors=512, k=64, classes=["diag", "global", "mlp"], store_bytes=4)
     assert R.tokenwise_fit_mem_mb(4096, **fit) > R.tokenwise_fit_mem_mb(576, **fit) > R.MIN_MB
     assert R.tokenwise_fit_mem_mb(None, **fit) == R.MIN_MB
-    assert R.model_job_runtime_min("tokenwise_fit", None) == R.UNKNOWN_MINUTES
 
 
 def test_store_writer_keeps_one_batch_resident(tmp_path):

@@ -932,13 +932,8 @@ def jacobians_mem_mb(dims: dict | None, kinds, **kw) -> int:
     return _torch_mb(jacobians_bytes(dims, kinds, **kw))
 
 
-# -- runtimes: the work of each model job, in units whose seconds bench/resources_model_rates.py measures --
-#: seconds per unit of each job's work terms (``*_work``) and a fixed start (s), fitted over the bench's small widths
-#: (non-negative least squares on relative errors) and raised where a job measured at the papers' width took longer
-#: (``anchored``; bench/results/resources_model_rates.json)
-MODEL_RATES: dict[str, dict[str, float]] = {}
-
-
+# -- the work of each model job, in units whose seconds bench/resources_model_rates.py measures (its fit of seconds
+# per unit is not used yet: the model jobs' runtimes are the profile's) --
 def activations_work(dims: dict, *, n_windows: int, window_tokens: int, n_names: int, **_) -> dict:
     """The dump's work: every token through the blocks and the head (multiply-adds per token: the weights of the
     matrix products), eager attention (T keys per token and layer at heads·head_dim), and the rows checked and
@@ -999,16 +994,3 @@ def jacobians_work(dims: dict, kinds, *, n_samples: int, n_groups: int, spectra:
         products = (1 + -(-S // per)) if kind == "attn" else t * (G + S)
         work["product"] += float(products) * d * d * m
     return work
-
-
-def model_job_seconds(job: str, work: dict) -> float:
-    """Expected seconds of a model job from its work terms at the measured rates (MODEL_RATES[job]), no margin."""
-    rates = MODEL_RATES[job]
-    return rates.get("start", 0.0) + sum(rates.get(k, 0.0) * v for k, v in work.items())
-
-
-def model_job_runtime_min(job: str, work: dict | None) -> int:
-    """runtime (minutes): the expected seconds × SAFETY, at least MIN_MINUTES; UNKNOWN_MINUTES without a width."""
-    if work is None:
-        return UNKNOWN_MINUTES
-    return _minutes(model_job_seconds(job, work))
