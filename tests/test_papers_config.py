@@ -303,7 +303,7 @@ def _model_job_requests(papers: dict, model: str) -> dict[str, int]:
 
 @pytest.mark.dag
 def test_papers_8b_model_job_requests_are_real(papers, papers_dry_run):
-    """Each 8B checkpoint's activation dump, Jacobian job, every layer's fits and the KL ask for the memory
+    """Each 8B checkpoint's activation dump, Jacobian job, and where planned every layer's fits and the KL ask for the memory
     layergeom.resources counts from the config (d_model, n_layers, the corpus and the sections), not a flat default
     or the fallback; the dump and the Jacobians of d = 4096 ask for more than the 4 GB they had. (Their runtimes
     are the cluster profile's: not modelled yet.)"""
@@ -313,8 +313,7 @@ def test_papers_8b_model_job_requests_are_real(papers, papers_dry_run):
         for c in papers["models"][m]["checkpoints"]:
             mine = [j for j in jobs if (j["model"], j["checkpoint"]) == (m, c)]
             rules = ["spectra_jacobians" if j["rule"].startswith("spectra_jacobians_") else j["rule"] for j in mine]
-            assert sorted(set(rules)) == sorted(want), (m, c, rules)
-            assert rules.count("tokenwise_fit") == papers["models"][m]["n_layers"], (m, c)
+            assert {"activations", "spectra_jacobians"} <= set(rules) <= set(want), (m, c, rules)
             for rule, j in zip(rules, mine):
                 got = int(j["resources"]["mem_mb"])
                 assert got == want[rule], f"{m}/{c} {j['rule']}: {j['resources']}, expected mem_mb {want[rule]}"

@@ -55,8 +55,11 @@ def job(snakemake, seed: int | None = None, threads: int | None = None, uses_tor
         )
         if gpus:  # a GPU job whose torch sees no GPU stops here, before it loads anything
             check_given_gpus()
-        if uses_torch:
-            import torch  # noqa: F401 -- seeded and its threads pinned by set_determinism
+        if uses_torch:  # seeded and its threads pinned by set_determinism
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                raise LayergeomError("this job computes with torch, which its environment lacks") from None
         set_determinism(0 if seed is None else seed, threads or getattr(snakemake, "threads", None))
         yield
     except LayergeomError as err:
