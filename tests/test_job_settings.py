@@ -51,6 +51,7 @@ NEW_VALUES = {
     "spectra.rank_tol": 1.0e-6,
     "spectra.ci_blocks": 2,
     "spectra.schur_control_seed": 1,
+    "spectra.schur_order_alphas": [0, 0.5],  # α of the schema's default grid
     "spectra.convergence_sizes": [2],
     "spectra.eigen_boundaries": ["L0.mlp"],
     "topology.n_permutations": 100,

@@ -217,11 +217,14 @@ def test_added_checkpoint_runs_only_its_jobs(reference_run, tmp_path):
 
     jobs = dry_run_jobs(reference_run, added)
     models = _models(cfg)
+    # the per-model files the rerun rewrites (the model's jobs' outputs that read the new checkpoint)
+    per_model = {p for j in jobs if subject(j, models) == (model, None) and _mentions(j.paths("input"), model, new)
+                 for p in j.paths("output")}  # fmt: skip
     wrong, new_logs = [], set()
     for j in jobs:
         m, ck = subject(j, models)
-        if m is None:  # across models: must read something of the new checkpoint
-            ok = _mentions(j.paths("input"), model, new)
+        if m is None:  # across models: must read something of the new checkpoint, or a per-model file it changes
+            ok = _mentions(j.paths("input"), model, new) or bool(per_model & set(j.paths("input")))
         elif m != model:
             ok = False
         elif ck is not None:
