@@ -35,20 +35,20 @@ MATERIALIZE_BASE_MB = 2500
 MATERIALIZE_MIN_MB = 4000
 
 
-def safetensors_elements(path) -> int:
-    """The number of tensor elements in a safetensors file, from its JSON header (8-byte length, then JSON)."""
+def _safetensors_tensors(path):
+    """(element count, dtype) of each tensor in a safetensors file, from its JSON header (8-byte length, then
+    JSON; no tensor is read)."""
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
-    total = 0
     for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        count = 1
-        for s in t["shape"]:
-            count *= int(s)
-        total += count
-    return total
+        if name != "__metadata__":
+            yield math.prod(int(s) for s in t["shape"]), t["dtype"]
+
+
+def safetensors_elements(path) -> int:
+    """The number of tensor elements in a safetensors file."""
+    return sum(count for count, _ in _safetensors_tensors(path))
 
 
 def checkpoint_elements(folders: Iterable) -> int:
@@ -708,18 +708,7 @@ def model_dims(cfg: dict | None, d: int | None = None, n_layers: int | None = No
 
 def safetensors_bytes(path) -> int:
     """The bytes of the tensors in a safetensors file, from its JSON header (no tensor is read)."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-    total = 0
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        count = 1
-        for s in t["shape"]:
-            count *= int(s)
-        total += count * DTYPE_BYTES[t["dtype"]]
-    return total
+    return sum(count * DTYPE_BYTES[dtype] for count, dtype in _safetensors_tensors(path))
 
 
 def _torch_mb(bytes_: float) -> int:
