@@ -1187,5 +1187,3 @@ def jacobians_memory(model):
         return jacobians_mem_mb(dims, kinds, weight_bytes=wb, **kw) * attempt
 
     return mem
-
-
