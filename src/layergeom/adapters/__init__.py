@@ -19,7 +19,7 @@ Adding an architecture (a new ``model_type``, or a new family):
    ``config/schema/config.schema.yaml`` (a test checks they are one list).
 4. Give the type a tiny random config in ``tests/conftest.py`` (``TINY_CONFIGS``; vocab 512, 2–4
    layers, d≈32): the contract tests run over every listed type and fail on a type without one.
-5. Add a row to the supported model types table in the README (a test checks it against the registry).
+5. Add a row to the supported model types table in docs/models.md (a test checks it against the registry).
 6. Optionally, a tiny model of the type in ``config/test.yaml`` so that the whole workflow runs it.
 """
 
