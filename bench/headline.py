@@ -27,7 +27,9 @@ With --check README.md it compares the README's tables (the first table after ea
 numbers, "The papers' claims: {model}" for the claims, where the run has a claims.tsv or the README that heading)
 with the run's, prints each row that differs, is missing or is not the run's, and exits 1 if any does (0 when all
 match). --update README.md writes the run's tables into the README in place of those tables (the headings must
-exist), so that regenerating the README's numbers from a run is one command.
+exist), so that regenerating the README's numbers from a run is one command. The shipped tables: the default
+model's in README.md (the default --heading), Gemma-3-270M's in docs/runs.md (--heading "A second real family
+offline (opt-in)"); tests/test_docs.py checks that each heading is there with its tables.
 """
 
 from __future__ import annotations
