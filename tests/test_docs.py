@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import ROOT
 
-from layergeom.config import reference_markdown
+from layergeom.configdoc import reference_markdown
 
 
 def test_config_reference_is_current():
