@@ -22,7 +22,7 @@ from conftest import ROOT, TINY, tiny_model
 from safetensors.torch import load_file, save_file
 
 from layergeom import config as lgconfig
-from layergeom import corpus, fetch, io, models, runtime, store
+from layergeom import corpus, fetch, io, models, network, runtime, store
 from layergeom.adapters import get_adapter
 from layergeom.runtime import LayergeomError
 
@@ -394,7 +394,7 @@ def test_offline_hub_fails_within_seconds_without_hf_hub_offline(tmp_path, monke
     for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: connection refused at once
-    assert "127.0.0.1:9" in fetch.hub_unreachable()
+    assert "127.0.0.1:9" in network.hub_unreachable()
     t0 = time.perf_counter()
     with pytest.raises(LayergeomError, match=r"no network: 127\.0\.0\.1:9 unreachable.*embedded default"):
         fetch.download_hub("EleutherAI/pythia-14m", "step0", tmp_path / "out")  # the `download` rule's work

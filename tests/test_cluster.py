@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import ROOT, require_dag_marker
 
-from layergeom import fetch, models, names, schedule
+from layergeom import fetch, models, names, network, schedule
 from layergeom.runtime import LayergeomError, gpus_assigned, resolve_device, visible_gpus
 
 TEST_CONFIG = ROOT / "config" / "test.yaml"
@@ -470,7 +470,7 @@ def test_download_then_materialize_reads_only_local_files(tmp_path, monkeypatch)
     (remote / "README.md").write_text("not needed")
     hub = _FakeHub(remote, tmp_path / "hf-cache", fail_after=2)
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, *a, **k: hub.model_info(*a, **k))
-    monkeypatch.setattr(fetch, "hub_unreachable", lambda: None)  # the fake hub answers
+    monkeypatch.setattr(network, "hub_unreachable", lambda: None)  # the fake hub answers
     monkeypatch.setattr(huggingface_hub, "snapshot_download", hub.snapshot_download)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub.hf_hub_download)
     out = tmp_path / "resources" / "hub" / "p" / "step0"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import ROOT, load_script
 
-from layergeom.config import reference_markdown
+from layergeom.configdoc import reference_markdown
 
 headline = load_script(ROOT / "bench" / "headline.py")
 

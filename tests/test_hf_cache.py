@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_model
 
-from layergeom import cli, corpus, fetch, models
+from layergeom import cli, corpus, fetch, models, network
 from layergeom.runtime import LayergeomError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -158,7 +158,7 @@ def hub(cache, monkeypatch, model_files):
     fake = FakeHub(model_files, cache)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(fetch, "hub_unreachable", lambda: None)  # the fake hub answers
+    monkeypatch.setattr(network, "hub_unreachable", lambda: None)  # the fake hub answers
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, *a, **k: fake.model_info(*a, **k))
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake.hf_hub_download)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake.snapshot_download)

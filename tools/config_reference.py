@@ -5,7 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from layergeom.config import reference_markdown  # noqa: E402
+from layergeom.configdoc import reference_markdown  # noqa: E402
 
 (ROOT / "config" / "README.md").write_text(reference_markdown())
 print("wrote config/README.md")

