@@ -113,8 +113,8 @@ def test_boundaries_per_job_fans_out_one_models_graphs_with_their_resources(tmp_
     import test_fanout
     from schema_defaults import section_defaults
 
-    from layergeom import resources as R
     from layergeom.names import boundaries_for
+    from layergeom.resources import topology_jobs
 
     names, d = boundaries_for("gpt2", 2), 4096
     blocks = _blocks(names, 3)
@@ -134,12 +134,14 @@ def test_boundaries_per_job_fans_out_one_models_graphs_with_their_resources(tmp_
             f"results/tiny-gpt2/init/graphs/{b}{s}" for b in block for s in (".tsv", ".edges.tsv", ".sweep.tsv")
         )
         assert j["input"] == ["results/tiny-gpt2/init/activations"]
-        assert int(j["resources"]["runtime"]) == R.topology_graph_runtime_min(d, tokens, len(block))
-        assert int(j["resources"]["mem_mb"]) == R.topology_graph_mem_mb(d, tokens, topo["chunk_tokens"], topo["top_k"])
+        assert int(j["resources"]["runtime"]) == topology_jobs.topology_graph_runtime_min(d, tokens, len(block))
+        assert int(j["resources"]["mem_mb"]) == topology_jobs.topology_graph_mem_mb(
+            d, tokens, topo["chunk_tokens"], topo["top_k"]
+        )
     assert int(graphs[1]["resources"]["runtime"]) < int(graphs[0]["resources"]["runtime"])
     (one,) = _graph_jobs(single)
     assert one["rule"] == "topology_graph_tiny_gpt2"
-    assert int(one["resources"]["runtime"]) == R.topology_graph_runtime_min(d, tokens, len(names))
+    assert int(one["resources"]["runtime"]) == topology_jobs.topology_graph_runtime_min(d, tokens, len(names))
     assert int(one["resources"]["runtime"]) > int(graphs[0]["resources"]["runtime"])
     assert sorted(one["output"]) == sorted(o for j in graphs for o in j["output"])  # the same files
     for other in ("tiny-neox", "tiny-llama"):  # one graph job per checkpoint, today's rule
