@@ -1276,7 +1276,8 @@ def markdown(out: dict) -> str:
         f"- Gemma-4-E4B's rows are at d = {d} too; its text decoder is narrower (an effective-4B model: see "
         "hidden_size in its hub config), so they are upper bounds: scale by (d/4096)³ for the spectral jobs and "
         "by d² for the correlation.",
-        "- Not timed: the resume snapshots (`layergeom.resume.Snapshots`, written every `snapshot_minutes`). One "
+        "- Not timed: the resume snapshots (`layergeom.resume.snapshots.Snapshots`, written every "
+        "`snapshot_minutes`). One "
         f"of a single job holds its product chains, at d = {d}: "
         + ", ".join(f"`{j}` ≈ {gb:.1f} GB" for j, gb in snapshot_gb(d, c).items())
         + " (C and the K tangents of every chain), written atomically each time; a fanned-out job's holds its own "

@@ -17,7 +17,7 @@ from lg_runs import TEST_CONFIG_FILE, snakemake
 from test_resume import KILL_AT_SNAPSHOT
 from test_spectral import SCHUR_KW, SPECTRA_KW, nonnormal, write_boundary_files
 
-from layergeom import resume
+from layergeom.resume import snapshots, work_folder
 from layergeom.runtime import LayergeomError
 
 KW = SPECTRA_KW | {"sr_k": 2}  # the defaults, as scripts/spectra_table*.py pass them; k capped for d = 6
@@ -139,15 +139,15 @@ def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
                           part=str(parts[1]))  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    partial = parts[1].parent / resume.PARTIAL
+    partial = parts[1].parent / work_folder.PARTIAL
     assert not parts[1].exists() and [p.name for p in partial.glob("*.snapshot.npz")] == ["spectra_part_1.snapshot.npz"]
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     pipeline.write_spectra_part(_files(jac, blocks[1]), parts[1], snapshot_s=0, **KW)
     assert calls == [2, 3]  # the saved first boundary was not computed again
     pipeline.gather_spectra(parts, NAMES, tmp_path / "fan" / "spectra.tsv", tmp_path / "fan" / "eigenvalues.tsv")
@@ -723,16 +723,16 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
                                 n=n, chain=chain)  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    part, partial = chains / f"{chain}.npz", chains / resume.PARTIAL
+    part, partial = chains / f"{chain}.npz", chains / work_folder.PARTIAL
     assert not part.exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{chain}.snapshot.npz"]
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     _schur_chain_job(jac, out, n, chain, snapshot_s=0)
     assert calls == list(range(3, len(NAMES) + 1))  # the first two boundaries were not stepped again
     _schur_fanned(jac, out, n, skip=(chain,))
@@ -763,7 +763,7 @@ def test_a_killed_schur_chains_work_goes_when_the_settings_no_longer_have_it(jac
     script = SCHUR_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac), out=str(out),
                                 n=n, chain=chain)  # fmt: skip
     assert forked.run(script).returncode == -signal.SIGKILL
-    partial = chains / resume.PARTIAL
+    partial = chains / work_folder.PARTIAL
     killed = sorted(p.name for p in partial.iterdir())
     assert killed == [f"schur_chain_{chain}.lock", f"schur_chain_{chain}.snapshot.npz"]
     current = [chains / f"{c}.npz" for c in ("update_none_a0.0", chain, "order0")]  # the killed chain's settings
@@ -836,16 +836,16 @@ def test_a_killed_schur_chain_segment_resumes_from_its_snapshot(jac, tmp_path, m
                                   out=str(out), n=n, chain=chain, segment=segment, job=job)  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    partial = chains / resume.PARTIAL
+    partial = chains / work_folder.PARTIAL
     assert not (chains / f"{job}.npz").exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{job}.snapshot.npz"]
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     _schur_chain_job(jac, out, n, chain, snapshot_s=0, segment=segment, job=job)
     assert calls == list(range(kill, segment[1] + 1))  # the depths saved before the kill were not redone
     _schur_fanned(jac, out, n, skip=(job,), segments=segments)
@@ -908,18 +908,18 @@ def test_a_killed_schur_prep_resumes_from_its_snapshot(jac, tmp_path, monkeypatc
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     _, preps, arrays, _ = _schur_blocks(out, n)
-    partial = preps[0].parent / resume.PARTIAL
+    partial = preps[0].parent / work_folder.PARTIAL
     assert not preps[0].exists() and not arrays[0].exists()
     # the arrays of 3 boundaries (the 3rd's written before the kill, its record not saved: it is redone)
     names = [f"schur_prep_0.b{i}.npz" for i in range(3)] + ["schur_prep_0.snapshot.npz"]
     assert sorted(p.name for p in partial.glob("*.npz")) == names
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     _schur_prep_job(jac, out, n, 0, snapshot_s=0)
     assert calls == [3, 4]  # the first two boundaries were not prepared again
     assert not partial.exists()

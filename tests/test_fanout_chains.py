@@ -19,7 +19,7 @@ from test_fanout import NAMES, _files, _jobs, _mats, jac  # noqa: F401 (jac: the
 from test_resume import KILL_AT_SNAPSHOT
 from test_spectral import CONVERGENCE_KW, CUMULATIVE_KW, write_boundary_files
 
-from layergeom import resume
+from layergeom.resume import snapshots, work_folder
 from layergeom.runtime import LayergeomError
 
 CONV = CONVERGENCE_KW | {"sr_k": 2, "n_edge": 2}  # as scripts/spectra_convergence*.py pass them; k capped for d = 6
@@ -219,13 +219,13 @@ def _kill(fn, folder, out, which, k):
 
 
 def _saves(monkeypatch) -> list[int]:
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     return calls
 
 
@@ -237,7 +237,7 @@ def test_a_killed_variant_job_resumes_from_its_snapshot(jac, tmp_path, monkeypat
     out = tmp_path / "fan"
     _kill("_cum_variant", jac, out, variant, 4)
     part = out / "parts" / "cumulative" / f"{variant}.npz"
-    partial = part.parent / resume.PARTIAL
+    partial = part.parent / work_folder.PARTIAL
     assert not part.exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"cumulative_{variant}.snapshot.npz"]
     calls = _saves(monkeypatch)
@@ -254,7 +254,7 @@ def test_a_killed_subset_job_resumes_from_its_snapshot(jac, tmp_path, monkeypatc
     _conv_single(jac, tmp_path / "one")
     out, k = tmp_path / "fan", 2
     _kill("_conv_subset", jac, out, k, 3)
-    partial = _conv_part(out, k).parent / resume.PARTIAL
+    partial = _conv_part(out, k).parent / work_folder.PARTIAL
     assert not _conv_part(out, k).exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"convergence_{k}.snapshot.npz"]
     calls = _saves(monkeypatch)

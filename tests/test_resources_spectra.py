@@ -25,7 +25,7 @@ PAPERS = ROOT / "config" / "papers.yaml"
 
 
 class Capture:
-    """A stand-in for ``resume.Snapshots``: no snapshot to resume from; every save records the state it is given."""
+    """A stand-in for ``resume.snapshots.Snapshots``: no snapshot to resume from; every save records the state it is given."""
 
     def __init__(self):
         self.states = []
