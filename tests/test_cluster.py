@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import ROOT, require_dag_marker
 
-from layergeom import fetch, models, names, schedule
+from layergeom import fetch, materialize, models, names, schedule
 from layergeom.runtime import LayergeomError, gpus_assigned, resolve_device, visible_gpus
 
 TEST_CONFIG = ROOT / "config" / "test.yaml"
@@ -487,14 +487,14 @@ def test_download_then_materialize_reads_only_local_files(tmp_path, monkeypatch)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # a compute node: no network
     mcfg = {"source": "hub", "family": "gpt_neox", "id": "org/tiny", "n_layers": 2,
             "checkpoints": {"step0": {"revision": "step0"}}}  # fmt: skip
-    info = models.materialize("p", "step0", mcfg, tmp_path / "m" / "step0", hub_dir=out)
+    info = materialize.materialize("p", "step0", mcfg, tmp_path / "m" / "step0", hub_dir=out)
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(remote, local_files_only=True)
     assert info["weights_sha256"] == models.weights_sha256(ref.state_dict())
     assert info["revision"] == "step0" and (tmp_path / "m" / "step0" / "tokenizer.json").exists()
     with pytest.raises(LayergeomError, match="`download` rule"):
-        models.materialize("p", "step0", mcfg, tmp_path / "m" / "again")
+        materialize.materialize("p", "step0", mcfg, tmp_path / "m" / "again")
     assert not (tmp_path / "m" / "again").exists()
 
 
