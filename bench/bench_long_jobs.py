@@ -11,8 +11,8 @@ config/papers.yaml, on synthetic matrices of papers width d = 4096 (Llama-3.1-8B
 - ``spectra_cumulative``: ``cumulative_rows`` of one variant (its fanned-out job, ``spectra_cumulative_variant``)
   through attention, MLP, attention, MLP (``CHAIN_DEPTHS``), the last boundary timed (its deviations apart);
 - ``spectra_schur`` as its fanned-out jobs take it (``schur_chains``): ``prepare_boundary`` (a prep job's
-  per-boundary work) on an attention and an MLP boundary, and per cost class (``resources.schur_chain_class``:
-  a run's ``{tangents|plain}_{update|full}``, an ``order``) one chain through ``CHAIN_DEPTHS`` as a chain
+  per-boundary work) on an attention and an MLP boundary, and per cost class
+  (``resources.schur_jobs.schur_chain_class``: a run's ``{tangents|plain}_{update|full}``, an ``order``) one chain through ``CHAIN_DEPTHS`` as a chain
   job takes it (``chain_step_input``: the operators rebuilt from the prep's arrays): the products alone
   (``advance=True``, a segment's prefix) at depths 2 and 3, timed, and a full step at depth 4, timed, with the
   singular-value route each product took (``ProductChain.routes``: the `update` products are numerically low
@@ -72,8 +72,8 @@ from bench_topology import synthetic_states  # noqa: E402  (the signed factor mo
 from shapes import machine_info  # noqa: E402  (bench/shapes.py)
 
 from layergeom import config as lgconfig  # noqa: E402
-from layergeom import resources as R  # noqa: E402
 from layergeom.names import boundaries_for  # noqa: E402
+from layergeom.resources import schur_jobs  # noqa: E402
 from layergeom.spectral import intervals, pipeline  # noqa: E402
 from layergeom.spectral.convergence import VARIANTS  # noqa: E402
 from layergeom.spectral.cumulative import ProductChain, cumulative_rows, step_operator, tangent_floor  # noqa: E402
@@ -406,8 +406,8 @@ def chain_step_input(prep, J, groups, counts, reps, chain: tuple, cfg: dict) -> 
 
 def bench_schur_chains(kinds: dict, counts, cfg, seed: int, device: str = "cpu", steps: bool = True) -> dict:
     """The fanned-out Schur surgery's work per boundary at the bench width: ``prepare_boundary`` on each kind of
-    boundary (``prep_s``: their mean), and per cost class (``resources.schur_chain_class``) its first chain of
-    ``schur_chains`` through ``CHAIN_DEPTHS`` as a chain job takes it (``chain_step_input``): advance-only at
+    boundary (``prep_s``: their mean), and per cost class (``resources.schur_jobs.schur_chain_class``) its first
+    chain of ``schur_chains`` through ``CHAIN_DEPTHS`` as a chain job takes it (``chain_step_input``): advance-only at
     depths 1–3 (depths 2 and 3 timed: ``advance_s`` per ``schur_chain_base``, the mean over the variants), then
     (`steps`) a full step at depth 4 (``step_s``, its products' singular-value routes in ``routes``; an order's
     split in ``order_s``: J₀^π, and per α each variant's products and singular values). Per boundary of one
@@ -420,7 +420,7 @@ def bench_schur_chains(kinds: dict, counts, cfg, seed: int, device: str = "cpu",
     ci = cfg["schur_ci_controls"]
     count, example = {}, {}
     for ch in schur_chains(alphas, orders, order_alphas=spread):
-        cls = R.schur_chain_class(cfg, ch)
+        cls = schur_jobs.schur_chain_class(cfg, ch)
         count[cls] = count.get(cls, 0) + 1
         example.setdefault(cls, ch)
     out = {"d": d, "K": 0 if reps is None else reps.K, "order_alphas": spread, "depths": list(CHAIN_DEPTHS),
@@ -454,8 +454,8 @@ def bench_schur_chains(kinds: dict, counts, cfg, seed: int, device: str = "cpu",
         for depth in range(1, len(CHAIN_DEPTHS)):  # the prefix: products only
             _, t = timed(step_at, depth, ch, chains, True)
             if depth > 1:  # the first depth copies M: no product
-                advance.setdefault(R.schur_chain_base(cfg, ch), []).append(t)
-        log(f"schur chain advance d={d} {cls} ({ch}): {advance[R.schur_chain_base(cfg, ch)][-2:]} s")
+                advance.setdefault(schur_jobs.schur_chain_base(cfg, ch), []).append(t)
+        log(f"schur chain advance d={d} {cls} ({ch}): {advance[schur_jobs.schur_chain_base(cfg, ch)][-2:]} s")
         if not steps:
             continue
         last = len(CHAIN_DEPTHS)
@@ -481,15 +481,15 @@ def bench_schur_chains(kinds: dict, counts, cfg, seed: int, device: str = "cpu",
 # ---- one checkpoint fanned out: its jobs on `concurrent` slots ------------------------------------------------
 def config_chain_segments(out: dict, segments: int | None = None) -> tuple[int, list[tuple[str, str, tuple[int, int]]]]:
     """(spectra.chain_segments of the bench's config file for the first model, as read now, or `segments`; and
-    (class, base, (start, end)) of every chain job it makes: ``resources.schur_chain_segments``, the workflow's
-    bounds, with RATES as they are now)."""
+    (class, base, (start, end)) of every chain job it makes: ``resources.schur_jobs.schur_chain_segments``, the
+    workflow's bounds, with RATES as they are now)."""
     spectra = config_spectra(out)
     S = int(spectra.get("chain_segments") or 1) if segments is None else int(segments)
     spectra = spectra | {"chain_segments": S}
     B = out["models"][MODELS[0]]["boundaries"]
     plan = schur_chains(spectra["alphas"], spectra["schur_orders"], order_alphas=spectra["schur_order_alphas"])
-    jobs = [(R.schur_chain_class(spectra, ch), R.schur_chain_base(spectra, ch), seg)
-            for ch in plan for seg in R.schur_chain_segments(B, spectra, ch)]  # fmt: skip
+    jobs = [(schur_jobs.schur_chain_class(spectra, ch), schur_jobs.schur_chain_base(spectra, ch), seg)
+            for ch in plan for seg in schur_jobs.schur_chain_segments(B, spectra, ch)]  # fmt: skip
     return S, jobs
 
 
@@ -1163,7 +1163,8 @@ def markdown(out: dict) -> str:
         if one and sch:
             adv = ", ".join(f"{k} {v:.1f} s" for k, v in sch["advance_s"].items())
             L += ["", f"A chain of the costliest class runs as {S} jobs over consecutive depths, a cheaper one as "
-                  f"ceil({S} × its one-job time / the costliest's) (`resources.schur_chain_segments`): a segment's "
+                  f"ceil({S} × its one-job time / the costliest's) (`resources.schur_jobs.schur_chain_segments`): "
+                  "a segment's "
                   f"job advances its chain's products through the depths before its own (no SVD: {adv} per depth, "
                   "timed at depths 2 and 3), then steps through its own. The repeated prefix products cost "
                   f"{out['per_checkpoint_cpu_hours']['spectra_schur_chain_prefixes']:.1f} CPU-hours per checkpoint "
@@ -1275,7 +1276,8 @@ def markdown(out: dict) -> str:
         f"- Gemma-4-E4B's rows are at d = {d} too; its text decoder is narrower (an effective-4B model: see "
         "hidden_size in its hub config), so they are upper bounds: scale by (d/4096)³ for the spectral jobs and "
         "by d² for the correlation.",
-        "- Not timed: the resume snapshots (`layergeom.resume.Snapshots`, written every `snapshot_minutes`). One "
+        "- Not timed: the resume snapshots (`layergeom.resume.snapshots.Snapshots`, written every "
+        "`snapshot_minutes`). One "
         f"of a single job holds its product chains, at d = {d}: "
         + ", ".join(f"`{j}` ≈ {gb:.1f} GB" for j, gb in snapshot_gb(d, c).items())
         + " (C and the K tangents of every chain), written atomically each time; a fanned-out job's holds its own "

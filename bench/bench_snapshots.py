@@ -25,7 +25,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 from shapes import machine_info  # noqa: E402
 
 from layergeom import config as lgconfig  # noqa: E402
-from layergeom import resume  # noqa: E402
+from layergeom.resume import snapshots  # noqa: E402
 from layergeom.spectral import pipeline  # noqa: E402
 
 WIDTHS = (128, 256)
@@ -65,7 +65,7 @@ def spectra_defaults() -> dict:
 
 def measure(d: int) -> dict:
     stats: dict[str, dict] = {}
-    real = resume.Snapshots.save
+    real = snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         t0 = time.perf_counter()
@@ -76,7 +76,7 @@ def measure(d: int) -> dict:
         s["saves"] += saved
         return saved
 
-    resume.Snapshots.save = save
+    snapshots.Snapshots.save = save
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
@@ -95,7 +95,7 @@ def measure(d: int) -> dict:
             pipeline.write_convergence(files, tmp / "convergence.tsv", sizes=c["convergence_sizes"],
                                        n_edge=c["convergence_boundaries"], sr_k=c["sr_k"], snapshot_s=0, **kw)  # fmt: skip
     finally:
-        resume.Snapshots.save = real
+        snapshots.Snapshots.save = real
     return stats
 
 

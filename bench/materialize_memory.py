@@ -1,6 +1,6 @@
 """Benchmark: peak host memory of `materialize` per source and dtype (models.<m>.dtype).
 
-Run by hand from the repository root (each case runs `models.materialize` in a fresh Python process):
+Run by hand from the repository root (each case runs `materialize.materialize` in a fresh Python process):
 
     python bench/materialize_memory.py --downloads resources/downloads          # every case
     python bench/materialize_memory.py --cases local --local-layers 12          # smaller local model
@@ -36,7 +36,7 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {src!r})
 import torch, transformers  # noqa: F401  (the baseline includes the libraries)
-from layergeom import config, models
+from layergeom import config, materialize, models
 
 def status(key):  # kB; VmHWM is this process's peak resident set (ru_maxrss would include the parent's)
     return int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith(key + ":")))
@@ -54,7 +54,7 @@ threading.Thread(target=sample, daemon=True).start()
 mcfg = config.validate({{"models": {{"m": {mcfg!r}}}}})["models"]["m"]  # the schema's defaults filled in
 base, base_anon = status("VmRSS"), status("RssAnon")
 t = time.perf_counter()
-info = models.materialize("m", {ck!r}, mcfg, {out!r}, reference_dir={ref!r}, download_dir={dl!r})
+info = materialize.materialize("m", {ck!r}, mcfg, {out!r}, reference_dir={ref!r}, download_dir={dl!r})
 secs = time.perf_counter() - t
 peak = status("VmHWM")
 done.set()

@@ -10,8 +10,8 @@ workflow runs them: ``store.dump_activations``, ``tokenwise.pipeline.write_fits`
 ``tokenwise.pipeline.write_kl``, ``spectral.pipeline.boundary_jacobians`` (every boundary). Per job:
 
 - its process's wall seconds (imports included, as Snakemake's benchmark counts them) and CPU seconds, fitted as a
-  start plus seconds per unit of each of its work terms (``layergeom.resources.*_work``; non-negative least squares on
-  relative errors), then **anchored**: a job measured at the papers' width (`--anchor-run`, a run of
+  start plus seconds per unit of each of its work terms (``layergeom.resources.model_jobs.*_work``; non-negative
+  least squares on relative errors), then **anchored**: a job measured at the papers' width (`--anchor-run`, a run of
   bench/configs/papers_shape.yaml: Llama-3.1-8B's shapes with 2 blocks) that took longer than the fit says gets
   its largest term's rate raised to reach that time (a job that asks for less than it takes is killed at its limit);
 - its peak RSS (``ru_maxrss``: the kernel's high-water mark, mapped file pages included) and largest anonymous RSS
@@ -218,13 +218,13 @@ def run_child(job: str, folder: Path) -> dict:
 def job_inputs(job: str, dims: dict, n_windows: int, weight_bytes: float, s: dict) -> dict:
     """The keyword arguments of the job's ``*_bytes`` and ``*_work`` functions in layergeom.resources (what
     rules/common.smk passes them), for a store of n_windows windows of T tokens."""
-    from layergeom import resources as R
+    from layergeom.resources import model_jobs
 
     tw, sp, act = s["tokenwise"], s["spectra"], s["activations"]
     N = n_windows * T
     if job == "activations":
         return {"n_windows": n_windows, "window_tokens": T, "batch_size": act["batch_size"],
-                "n_names": R.store_names(2 * dims["n_layers"]), "model_bytes": 4, "store_bytes": 4,
+                "n_names": model_jobs.store_names(2 * dims["n_layers"]), "model_bytes": 4, "store_bytes": 4,
                 "weight_bytes": weight_bytes}  # fmt: skip
     if job == "tokenwise_fit":
         return {"n_tokens": N, "n_pool": n_windows * (T - 1), "n_anchors": tw["n_anchors"], "k": tw["k"],
@@ -233,25 +233,37 @@ def job_inputs(job: str, dims: dict, n_windows: int, weight_bytes: float, s: dic
         return {"n_windows": n_windows, "window_tokens": T, "n_anchors": tw["n_anchors"],
                 "n_classes": len(tw["classes"]), "batch_rows": tw["kl_batch_rows"], "model_bytes": 4,
                 "weight_bytes": weight_bytes}  # fmt: skip
-    n_samples, _ = R.jacobian_sample_count(n_windows, T, sp)
+    n_samples, _ = model_jobs.jacobian_sample_count(n_windows, T, sp)
     return {"n_samples": n_samples, "n_tokens": N, "window_tokens": T, "n_groups": min(sp["n_groups"], n_windows),
             "spectra": sp, "store_bytes": 4, "model_bytes": 4, "weight_bytes": weight_bytes}  # fmt: skip
 
 
 def counted(job: str, dims: dict, kw: dict) -> tuple[float, int, dict]:
     """(counted bytes, request MB, work terms) of a job."""
-    from layergeom import resources as R
+    from layergeom.resources import model_jobs
 
     kinds = ["attn", "mlp"] * dims["n_layers"]
     if job == "activations":
-        return R.activations_bytes(dims, **kw), R.activations_mem_mb(dims, **kw), R.activations_work(dims, **kw)
+        return (
+            model_jobs.activations_bytes(dims, **kw),
+            model_jobs.activations_mem_mb(dims, **kw),
+            model_jobs.activations_work(dims, **kw),
+        )
     if job == "tokenwise_fit":
         d = dims["d"]
-        return R.tokenwise_fit_bytes(d, **kw), R.tokenwise_fit_mem_mb(d, **kw), R.tokenwise_fit_work(d, **kw)
+        return (
+            model_jobs.tokenwise_fit_bytes(d, **kw),
+            model_jobs.tokenwise_fit_mem_mb(d, **kw),
+            model_jobs.tokenwise_fit_work(d, **kw),
+        )
     if job == "tokenwise_kl":
-        return R.tokenwise_kl_bytes(dims, **kw), R.tokenwise_kl_mem_mb(dims, **kw), R.tokenwise_kl_work(dims, **kw)
-    return (R.jacobians_bytes(dims, kinds, **kw), R.jacobians_mem_mb(dims, kinds, **kw),
-            R.jacobians_work(dims, kinds, **kw))  # fmt: skip
+        return (
+            model_jobs.tokenwise_kl_bytes(dims, **kw),
+            model_jobs.tokenwise_kl_mem_mb(dims, **kw),
+            model_jobs.tokenwise_kl_work(dims, **kw),
+        )
+    return (model_jobs.jacobians_bytes(dims, kinds, **kw), model_jobs.jacobians_mem_mb(dims, kinds, **kw),
+            model_jobs.jacobians_work(dims, kinds, **kw))  # fmt: skip
 
 
 # ---- fits --------------------------------------------------------------------------------------------------
@@ -315,8 +327,8 @@ def compare(run: Path, configfile: Path) -> list[dict]:
     import yaml
 
     from layergeom import config as lgconfig
-    from layergeom import resources as R
     from layergeom.names import boundaries_for, kept_boundaries
+    from layergeom.resources import files, model_jobs
 
     spec = importlib.util.spec_from_file_location("papers_shape", ROOT / "bench" / "papers_shape.py")
     ps = importlib.util.module_from_spec(spec)
@@ -335,30 +347,35 @@ def compare(run: Path, configfile: Path) -> list[dict]:
         sec = {k: lgconfig.model_section(cfg, m, k) for k in ("tokenwise", "spectra", "activations")}
         mc = cfg["models"][m]
         folder = run / "resources" / "models" / m / c
-        dims = R.model_dims(json.loads((folder / "config.json").read_text()), mc.get("d_model"), mc.get("n_layers"))
-        b, sb = R.DTYPE_BYTES[mc["dtype"]], R.DTYPE_BYTES[sec["activations"]["dtype"]]
-        wb = R.safetensors_bytes(folder / "model.safetensors")
+        dims = model_jobs.model_dims(
+            json.loads((folder / "config.json").read_text()), mc.get("d_model"), mc.get("n_layers")
+        )
+        b, sb = files.DTYPE_BYTES[mc["dtype"]], files.DTYPE_BYTES[sec["activations"]["dtype"]]
+        wb = files.safetensors_bytes(folder / "model.safetensors")
         names = boundaries_for(mc["family"], dims["n_layers"])
         tw, sp = sec["tokenwise"], sec["spectra"]
         if kind == "activations":
             kw = dict(n_windows=n, window_tokens=T, batch_size=sec["activations"]["batch_size"],
-                      n_names=R.store_names(len(kept_boundaries(names, sec["activations"]["boundaries"]))),
+                      n_names=model_jobs.store_names(len(kept_boundaries(names, sec["activations"]["boundaries"]))),
                       model_bytes=b, store_bytes=sb, weight_bytes=wb)  # fmt: skip
-            mem, work = R.activations_mem_mb(dims, **kw), R.activations_work(dims, **kw)
+            mem, work = model_jobs.activations_mem_mb(dims, **kw), model_jobs.activations_work(dims, **kw)
         elif kind == "tokenwise_fit":
             kw = dict(n_tokens=n * T, n_pool=n * (T - 1), n_anchors=tw["n_anchors"], k=tw["k"], classes=tw["classes"],
                       store_bytes=sb)  # fmt: skip
-            mem, work = R.tokenwise_fit_mem_mb(dims["d"], **kw), R.tokenwise_fit_work(dims["d"], **kw)
+            mem, work = model_jobs.tokenwise_fit_mem_mb(dims["d"], **kw), model_jobs.tokenwise_fit_work(dims["d"], **kw)
         elif kind == "tokenwise_kl":
             kw = dict(n_windows=n, window_tokens=T, n_anchors=tw["n_anchors"], n_classes=len(tw["classes"]),
                       batch_rows=tw["kl_batch_rows"], model_bytes=b, weight_bytes=wb)  # fmt: skip
-            mem, work = R.tokenwise_kl_mem_mb(dims, **kw), R.tokenwise_kl_work(dims, **kw)
+            mem, work = model_jobs.tokenwise_kl_mem_mb(dims, **kw), model_jobs.tokenwise_kl_work(dims, **kw)
         else:
-            ns, wins = R.jacobian_sample_count(n, T, sp)
+            ns, wins = model_jobs.jacobian_sample_count(n, T, sp)
             kinds = [x.split(".")[1] for x in names]
             kw = dict(n_samples=ns, n_tokens=n * T, window_tokens=T, n_groups=min(sp["n_groups"], wins), spectra=sp,
                       store_bytes=sb, model_bytes=b)  # fmt: skip
-            mem, work = R.jacobians_mem_mb(dims, kinds, weight_bytes=wb, **kw), R.jacobians_work(dims, kinds, **kw)
+            mem, work = (
+                model_jobs.jacobians_mem_mb(dims, kinds, weight_bytes=wb, **kw),
+                model_jobs.jacobians_work(dims, kinds, **kw),
+            )
         rec = {"job": kind, "file": j.bench, "d": dims["d"], "wall_s": j.seconds, "cpu_s": j.cpu, "peak_mib": j.peak,
                "anon_mib": None if j.anon != j.anon else j.anon, "mem_mb": mem, "work": work}  # fmt: skip
         if kind in FITTED:
@@ -420,7 +437,7 @@ def main():
     import torch
 
     from layergeom import models
-    from layergeom import resources as R
+    from layergeom.resources import files, model_jobs
 
     if a.refit:
         out = json.loads(RESULT.read_text())
@@ -445,8 +462,8 @@ def main():
                 model.save_pretrained(f / "model", safe_serialization=True, max_shard_size="1000GB")
                 del model
                 np.save(f / "windows.npy", np.random.default_rng(0).integers(0, VOCAB, size=(n, T)))
-                dims = R.model_dims(json.loads((f / "model" / "config.json").read_text()))
-                wb = R.safetensors_bytes(f / "model" / "model.safetensors")
+                dims = model_jobs.model_dims(json.loads((f / "model" / "config.json").read_text()))
+                wb = files.safetensors_bytes(f / "model" / "model.safetensors")
                 for job in ("activations", "tokenwise_fit_L0", "tokenwise_fit_L1", "tokenwise_kl", "jacobians"):
                     r = run_child(job, f)
                     kind = job.rsplit("_L", 1)[0]
@@ -459,13 +476,13 @@ def main():
         out["machine"]["load_end"] = os.getloadavg()
     s = sections()
     for r in out["runs"]:  # what this checkout counts for each run (the counts may have changed since it ran)
-        dims = R.model_dims(hf_config(r["d"]))
+        dims = model_jobs.model_dims(hf_config(r["d"]))
         wb = 4 * (dims["params"] + (2 * dims["n_layers"] + 1) * r["d"])  # the safetensors: every matrix and norm
         r["counted_mb"], r["request_mb"], r["work"] = counted(
             r["job"], dims, job_inputs(r["job"], dims, r["n_windows"], wb, s)
         )
         r["counted_mb"] /= 1e6
-        r["covered"] = r["peak_mb"] * 2**20 / 1e6 <= r["counted_mb"] + R.TORCH_BASE_MB  # before SAFETY
+        r["covered"] = r["peak_mb"] * 2**20 / 1e6 <= r["counted_mb"] + model_jobs.TORCH_BASE_MB  # before SAFETY
     if a.anchor_run:
         out["anchors"] = papers_shape_anchors(a.anchor_run) | {"run": str(a.anchor_run)}
     anchors = {k: v for k, v in out.get("anchors", {}).items() if k in JOBS}

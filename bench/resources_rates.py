@@ -13,7 +13,8 @@ MLP-like ones alternating, ``bench_long_jobs.attention_boundary`` and ``boundary
 - topology: ``boundary_topology`` on a float32 memmap of `--tokens` rows, fitted as c1·d + c_t·tokens·d²;
   coupling: one ``spearman_permutation`` of 1000 permutations (s ÷ permutations·d, at the largest d);
 - peak RSS (``ru_maxrss``) of each job's process minus its RSS after the imports, against
-  ``layergeom.resources.spectra_bytes`` / ``schur_chain_bytes`` / ``topology_graph_bytes``, at `--mem-dims`: the
+  ``layergeom.resources``' ``spectral_jobs.spectra_bytes`` / ``schur_jobs.schur_chain_bytes`` /
+  ``topology_jobs.topology_graph_bytes``, at `--mem-dims`: the
   single jobs, and the fanned-out Schur jobs (a prep per boundary; one chain of each cost class from them).
 
 The rates are then anchored at the papers' width (``anchor_rates``: bench/results/long_jobs.json). ``--stages``
@@ -97,13 +98,13 @@ def schur_kwargs(s: dict) -> dict:
 
 
 def schur_chain_examples(s: dict) -> dict:
-    """{cost class: its first chain's name} of the Schur plan (``resources.schur_chain_class``)."""
-    from layergeom import resources as R
+    """{cost class: its first chain's name} of the Schur plan (``resources.schur_jobs.schur_chain_class``)."""
+    from layergeom.resources import schur_jobs
     from layergeom.spectral.settings import schur_chain_name, schur_chains
 
     out = {}
     for ch in schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"]):
-        out.setdefault(R.schur_chain_class(s, ch), schur_chain_name(ch))
+        out.setdefault(schur_jobs.schur_chain_class(s, ch), schur_chain_name(ch))
     return out
 
 
@@ -418,17 +419,21 @@ def main():
 
 def predicted_memory(stage: str, d: int, n: int, spectra: dict, tokens: int) -> tuple[float, int]:
     """(predicted MB above the interpreter, requested mem_mb) of a job (``layergeom.resources``)."""
-    from layergeom import resources as R
+    from layergeom.resources import schur_jobs, spectral_jobs, topology_jobs
     from layergeom.spectral.settings import schur_chain_name, schur_chains
 
     if stage.startswith("spectra_schur_chain:"):
         plan = {schur_chain_name(c): c for c in schur_chains(spectra["alphas"], spectra["schur_orders"],
                                                              order_alphas=spectra["schur_order_alphas"])}  # fmt: skip
         chain = plan[stage.split(":", 1)[1]]
-        return R.schur_chain_bytes(d, N_GROUPS, spectra, chain) / 1e6, R.schur_chain_mem_mb(d, N_GROUPS, spectra, chain)
+        return schur_jobs.schur_chain_bytes(d, N_GROUPS, spectra, chain) / 1e6, schur_jobs.schur_chain_mem_mb(
+            d, N_GROUPS, spectra, chain
+        )
     if stage.startswith("spectra"):
-        return R.spectra_bytes(stage, d, N_GROUPS, spectra, n) / 1e6, R.spectra_mem_mb(stage, d, N_GROUPS, spectra, n)
-    return R.topology_graph_bytes(d, tokens) / 1e6, R.topology_graph_mem_mb(d, tokens)
+        return spectral_jobs.spectra_bytes(stage, d, N_GROUPS, spectra, n) / 1e6, spectral_jobs.spectra_mem_mb(
+            stage, d, N_GROUPS, spectra, n
+        )
+    return topology_jobs.topology_graph_bytes(d, tokens) / 1e6, topology_jobs.topology_graph_mem_mb(d, tokens)
 
 
 if __name__ == "__main__":

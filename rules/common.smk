@@ -26,7 +26,7 @@ from layergeom.names import (
     boundary_regex,
     kept_boundaries,
 )
-from layergeom.resources import materialize_request_mb
+from layergeom.resources.materialize import materialize_request_mb
 from layergeom.runtime import LayergeomError, prepend_pythonpath, visible_gpus
 
 prepend_pythonpath(_SRC)
@@ -555,7 +555,7 @@ def spectra_block_first(wildcards):
 def schur_settings(model):
     """The model's spectra section and its Schur chain jobs by name: (chain, segment), the chain a tuple of
     settings.schur_chains, the segment its depth range [start, end) where the chain runs as more than one job
-    (resources.schur_chain_segments: spectra.chain_segments for the costliest chains, fewer for cheaper ones;
+    (resources.schur_jobs.schur_chain_segments: spectra.chain_segments for the costliest chains, fewer for cheaper ones;
     named ``{chain}.s{k}``), else None (one job: ``{chain}``).
     """
     s = section(model, "spectra")
@@ -653,8 +653,9 @@ def cumulative_parts(wildcards):
 
 
 def convergence_subsets(model):
-    """The subset-size indices of a model's convergence jobs: as many as its spectra.n_groups allows (the
-    sizes themselves need the Jacobian job's G: resources.convergence_subsets)."""
+    """The subset-size indices of a model's convergence jobs: as many as its spectra.n_groups allows (the sizes
+    themselves need the Jacobian job's G: resources.spectral_jobs.convergence_subsets).
+    """
     n = convergence_subset_count(
         section(model, "spectra")["n_groups"],
         len(boundaries(model)),
@@ -777,30 +778,34 @@ import math
 from layergeom.modelinfo import check_d_model, configured_source, gguf_config
 from snakemake.logging import logger
 
-from layergeom.resources import (
+from layergeom.resources.files import config_width, npy_shape, store_meta
+from layergeom.resources.margins import (
     FIGURE_MB,
     FIGURE_MINUTES,
     GATHER_MB,
     GATHER_MINUTES,
     MIN_MB,
     UNKNOWN_MINUTES,
-    config_width,
-    convergence_subset_mem_mb,
-    convergence_subset_runtime_min,
-    convergence_subsets as convergence_subset_count,
-    coupling_mem_mb,
-    coupling_runtime_min,
-    cumulative_variant_mem_mb,
-    cumulative_variant_runtime_min,
-    npy_shape,
+)
+from layergeom.resources.schur_jobs import (
     schur_chain_mem_mb,
     schur_chain_runtime_min,
     schur_chain_seconds,
     schur_chain_segments,
     schur_prep_seconds,
+)
+from layergeom.resources.spectral_jobs import (
+    convergence_subset_mem_mb,
+    convergence_subset_runtime_min,
+    convergence_subsets as convergence_subset_count,
+    cumulative_variant_mem_mb,
+    cumulative_variant_runtime_min,
     spectra_mem_mb,
     spectra_runtime_min,
-    store_meta,
+)
+from layergeom.resources.topology_jobs import (
+    coupling_mem_mb,
+    coupling_runtime_min,
     topology_graph_mem_mb,
     topology_graph_runtime_min,
 )
@@ -914,8 +919,8 @@ def schur_chain_runtime(wildcards, input, attempt):
 
 
 def schur_chain_priority(wildcards, input):
-    """A chain job's scheduling priority: its expected seconds (resources.schur_chain_seconds), so that with more
-    chain jobs than free slots the longest start first (0 while d is unknown)."""
+    """A chain job's scheduling priority: its expected seconds (resources.schur_jobs.schur_chain_seconds), so that
+    with more chain jobs than free slots the longest start first (0 while d is unknown)."""
     d, _, nb = spectra_sizes(wildcards.model, input)
     chain, segment = schur_chain_job(wildcards)
     return (
@@ -1045,18 +1050,17 @@ def figure_runtime(wildcards, attempt):
 # Sized from the model's shapes and the config: the materialised checkpoint's config.json and the bytes in its
 # safetensors header once its weights exist (as when the job runs), else the model's config where it is readable
 # at DAG time (model_width's sources), else its d_model and n_layers (upper bounds for the rest:
-# resources.model_dims); with no width at hand the fallback (MIN_MB, UNKNOWN_MINUTES), named by the DAG build.
-# The corpus sizes are the config's (the store's store.json once it exists). Memory doubles on a retry; their
+# resources.model_jobs.model_dims); with no width at hand the fallback (MIN_MB, UNKNOWN_MINUTES), named by the DAG
+# build. The corpus sizes are the config's (the store's store.json once it exists). Memory doubles on a retry; their
 # runtimes are the profile's (not modelled yet: profiles/slurm/config.yaml).
 import json as _json
 
-from layergeom.resources import (
-    DTYPE_BYTES,
+from layergeom.resources.files import DTYPE_BYTES, safetensors_bytes
+from layergeom.resources.model_jobs import (
     activations_mem_mb,
     jacobian_sample_count,
     jacobians_mem_mb,
     model_dims,
-    safetensors_bytes,
     store_names,
     tokenwise_fit_mem_mb,
     tokenwise_kl_mem_mb,
@@ -1067,8 +1071,8 @@ _DIMS = {}
 
 
 def dag_model_dims(model):
-    """The model's shapes from what is readable at DAG time (resources.model_dims): its config (as model_width
-    reads it), else d_model and n_layers; None without a width (cached per model)."""
+    """The model's shapes from what is readable at DAG time (resources.model_jobs.model_dims): its config (as
+    model_width reads it), else d_model and n_layers; None without a width (cached per model)."""
     if model not in _DIMS:
         m = model_cfg(model)
         try:

@@ -269,7 +269,7 @@ rule spectra_schur_prep:
 # One product chain (settings.schur_chains: an operator's J(α), one variant each, or a random order's at the
 # α of spectra.schur_order_alphas, both variants from one reordering) through every boundary in depth order; its erank per depth (kept: small), resumable from its own snapshot.
 # With spectra.chain_segments S > 1, up to S jobs per chain ({chain}.s{k}; S for the costliest chains, fewer in
-# proportion for cheaper ones: resources.schur_chain_segments): each advances the products through the depths
+# proportion for cheaper ones: resources.schur_jobs.schur_chain_segments): each advances the products through the depths
 # before its segment (no SVD), then steps through its own depths.
 rule spectra_schur_chain:
     input:

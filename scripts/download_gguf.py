@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from layergeom import models
+from layergeom import materialize
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 with job(sm):
-    models.fetch_gguf(sm.params.gguf, Path(sm.output[0]).parent)
+    materialize.fetch_gguf(sm.params.gguf, Path(sm.output[0]).parent)

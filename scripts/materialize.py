@@ -1,10 +1,10 @@
-from layergeom import models
+from layergeom import materialize
 from layergeom.sources import materialize_args
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821
 with job(sm):
-    models.materialize(
+    materialize.materialize(
         sm.wildcards.model,
         sm.wildcards.checkpoint,
         sm.params.model_cfg,

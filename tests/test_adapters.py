@@ -289,7 +289,7 @@ def test_materialize_refuses_an_unsupported_model_type(tmp_path):
     """A model whose model_type no adapter handles is refused, naming it and the supported types; nothing written."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from layergeom import models
+    from layergeom import materialize, models
     from layergeom.runtime import LayergeomError
 
     cfg = AutoConfig.for_model("gemma2", vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -298,7 +298,7 @@ def test_materialize_refuses_an_unsupported_model_type(tmp_path):
     mcfg = {"source": "local", "family": "gemma3", "path": str(tmp_path / "hf"), "n_layers": 2,
             "checkpoints": {"trained": {}}}  # fmt: skip
     with pytest.raises(LayergeomError, match=r"no adapter handles model_type 'gemma2'; supported model types: ") as e:
-        models.materialize("x", "trained", mcfg, tmp_path / "out")
+        materialize.materialize("x", "trained", mcfg, tmp_path / "out")
     assert all(f"{t} ({f})" in str(e.value) for t, f in MODEL_TYPES.items())
     assert not (tmp_path / "out").exists()
     # a config-built model names its type: one of its family's

@@ -22,8 +22,8 @@ from conftest import ROOT, TINY, tiny_model
 from safetensors.torch import load_file, save_file
 
 from layergeom import config as lgconfig
-from layergeom import corpus, fetch, io, models, network, runtime, store
-from layergeom.adapters import get_adapter
+from layergeom import corpus, fetch, io, materialize, models, network, runtime, store
+from layergeom.adapters import adapter_class, get_adapter
 from layergeom.runtime import LayergeomError
 
 
@@ -78,7 +78,7 @@ def test_weights_that_do_not_match_the_architecture_are_refused(tmp_path, tokeni
     src = _local_dir(tmp_path / "hf", tokenizer_dir)
     _edit_weights(src, edit)
     with pytest.raises(LayergeomError) as err:
-        models.materialize("loc", "trained", _local_cfg(src), tmp_path / "out" / "trained")
+        materialize.materialize("loc", "trained", _local_cfg(src), tmp_path / "out" / "trained")
     for word in named:
         assert word in str(err.value)
     assert not (tmp_path / "out").exists() or _leftovers(tmp_path / "out") == []
@@ -88,7 +88,7 @@ def test_declared_tied_weights_may_be_absent(tmp_path, tokenizer_dir):
     """GPT-2 ties lm_head to the token embedding: its checkpoint has no lm_head tensor, and that is fine."""
     src = _local_dir(tmp_path / "hf", tokenizer_dir, family="gpt2")
     assert "lm_head.weight" not in load_file(src / models.WEIGHTS)
-    info = models.materialize("g", "trained", _local_cfg(src, family="gpt2"), tmp_path / "out")
+    info = materialize.materialize("g", "trained", _local_cfg(src, family="gpt2"), tmp_path / "out")
     assert info["weights_sha256"] == models.weights_sha256(tiny_model("gpt2", seed=11).state_dict())
 
 
@@ -181,7 +181,7 @@ def test_gguf_source_reads_its_path(tmp_path):
     mcfg = {"source": "gguf", "family": "llama", "path": str(bad), "n_layers": 2, "checkpoints": {"trained": {}}}
     lgconfig.validate({"models": {"g": mcfg}})
     with pytest.raises(LayergeomError, match=r"models\.g\.path: '.*model\.gguf' is not a GGUF file.*source: local"):
-        models.materialize("g", "trained", mcfg, tmp_path / "out", download_dir=tmp_path / "never")
+        materialize.materialize("g", "trained", mcfg, tmp_path / "out", download_dir=tmp_path / "never")
     assert not (tmp_path / "never").exists() and not (tmp_path / "out").exists()
 
 
@@ -195,12 +195,12 @@ def test_gguf_of_an_unsupported_architecture_is_named(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    assert models.gguf_architecture(path) == "rwkv6"
+    assert materialize.gguf_architecture(path) == "rwkv6"
     with pytest.raises(LayergeomError, match=r"x\.path: .*architecture 'rwkv6', which transformers cannot load"):
-        models.check_gguf_file(path, "x.path")
+        materialize.check_gguf_file(path, "x.path")
     path.write_bytes(path.read_bytes()[:20])  # truncated inside the header
     with pytest.raises(LayergeomError, match="not a readable GGUF file"):
-        models.check_gguf_file(path, "x.path")
+        materialize.check_gguf_file(path, "x.path")
 
 
 # ---- tables: overflow stops the job; capped settings are recorded --------------------------------------
@@ -341,7 +341,7 @@ def test_truncated_safetensors_is_named(tmp_path, tokenizer_dir, keep):
     data = (src / models.WEIGHTS).read_bytes()
     (src / models.WEIGHTS).write_bytes(data[: int(keep * len(data)) if isinstance(keep, float) else keep])
     with pytest.raises(LayergeomError, match=r"hf/model\.safetensors is not a readable safetensors file .*truncated"):
-        models.materialize("loc", "trained", _local_cfg(src), tmp_path / "out")
+        materialize.materialize("loc", "trained", _local_cfg(src), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -353,7 +353,7 @@ def test_pickle_weights_are_refused_unread(tmp_path, tokenizer_dir):
     with pytest.raises(
         LayergeomError, match=r"hf/pytorch_model\.bin is a pickle checkpoint.*convert it to safetensors"
     ):
-        models.materialize("loc", "trained", _local_cfg(src), tmp_path / "out")
+        materialize.materialize("loc", "trained", _local_cfg(src), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -366,7 +366,7 @@ def test_remote_code_names_the_config_key(tmp_path, tokenizer_dir):
     (src / "config.json").write_text(json.dumps(c))
     t0 = time.perf_counter()
     with pytest.raises(LayergeomError, match=r"custom Python code.*models\.loc\.trust_remote_code: true"):
-        models.materialize("loc", "trained", _local_cfg(src), tmp_path / "out")
+        materialize.materialize("loc", "trained", _local_cfg(src), tmp_path / "out")
     assert time.perf_counter() - t0 < 5  # refused before transformers could ask on a terminal
     assert not (tmp_path / "out").exists()
 
@@ -382,10 +382,10 @@ def test_hf_config_typo_names_the_key_and_close_matches(tmp_path):
     mcfg = {**TINY["gpt2"], "hf_config": {**TINY["gpt2"]["hf_config"], "n_hed": 4}}
     mcfg["checkpoints"] = {"init": {"init": True, "seed": 1}}
     with pytest.raises(LayergeomError, match=r"models\.t\.hf_config\.n_hed: not a setting of gpt2 .*n_head"):
-        models.materialize("t", "init", mcfg, tmp_path / "out")
+        materialize.materialize("t", "init", mcfg, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     for family, m in TINY.items():  # every key of the test models is a setting of their config class
-        models.check_hf_config(models.adapter_class(family).model_types[0], m["hf_config"])
+        models.check_hf_config(adapter_class(family).model_types[0], m["hf_config"])
 
 
 def test_offline_hub_fails_within_seconds_without_hf_hub_offline(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import ROOT, require_dag_marker
 
-from layergeom import fetch, models, names, network, schedule
+from layergeom import fetch, materialize, models, names, network, schedule
 from layergeom.runtime import LayergeomError, gpus_assigned, resolve_device, visible_gpus
 
 TEST_CONFIG = ROOT / "config" / "test.yaml"
@@ -487,14 +487,14 @@ def test_download_then_materialize_reads_only_local_files(tmp_path, monkeypatch)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # a compute node: no network
     mcfg = {"source": "hub", "family": "gpt_neox", "id": "org/tiny", "n_layers": 2,
             "checkpoints": {"step0": {"revision": "step0"}}}  # fmt: skip
-    info = models.materialize("p", "step0", mcfg, tmp_path / "m" / "step0", hub_dir=out)
+    info = materialize.materialize("p", "step0", mcfg, tmp_path / "m" / "step0", hub_dir=out)
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(remote, local_files_only=True)
     assert info["weights_sha256"] == models.weights_sha256(ref.state_dict())
     assert info["revision"] == "step0" and (tmp_path / "m" / "step0" / "tokenizer.json").exists()
     with pytest.raises(LayergeomError, match="`download` rule"):
-        models.materialize("p", "step0", mcfg, tmp_path / "m" / "again")
+        materialize.materialize("p", "step0", mcfg, tmp_path / "m" / "again")
     assert not (tmp_path / "m" / "again").exists()
 
 
@@ -522,7 +522,7 @@ def _sparse_safetensors(path: Path, n: int, dtype: str = "F32") -> Path:
 def test_safetensors_elements_are_counted_from_the_header(tmp_path):
     from safetensors.numpy import save_file
 
-    from layergeom.resources import checkpoint_elements, safetensors_elements
+    from layergeom.resources.files import checkpoint_elements, safetensors_elements
 
     arrays = {"a": np.zeros((3, 5), np.float32), "b": np.zeros(7, np.float16), "c": np.zeros((2, 2, 2), np.int64)}
     save_file(arrays, tmp_path / "model.safetensors", metadata={"format": "pt"})
@@ -534,7 +534,7 @@ def test_safetensors_elements_are_counted_from_the_header(tmp_path):
 def test_pickle_weights_count_their_bytes_on_top(tmp_path):
     """A .bin-only hub revision (old Pythia steps) is read whole before the conversion: its bytes, plus at most
     bytes / 2 parameters in the target dtype."""
-    from layergeom.resources import materialize_mem_mb, materialize_request_mb
+    from layergeom.resources.materialize import materialize_mem_mb, materialize_request_mb
 
     with open(tmp_path / "pytorch_model.bin", "wb") as f:
         f.truncate(2 * 10**9)  # sparse: 10^9 float16 parameters
@@ -546,7 +546,7 @@ def test_pickle_weights_count_their_bytes_on_top(tmp_path):
 def test_materialize_memory_covers_the_measured_peaks():
     """The request (1.3x the weights in the target dtype + 2.5 GB; 4 GB for GGUF sources, whose files have no
     safetensors header) is at least the peak resident set measured by bench/materialize_memory.py."""
-    from layergeom.resources import MATERIALIZE_MIN_MB, materialize_mem_mb
+    from layergeom.resources.materialize import MATERIALIZE_MIN_MB, materialize_mem_mb
 
     rows = json.loads((ROOT / "bench" / "results" / "materialize_memory.json").read_text())["rows"]
     assert {r["case"] for r in rows} >= {"local", "init", "smollm2", "gemma3"}
@@ -561,7 +561,7 @@ def test_materialize_memory_covers_the_measured_peaks():
 def test_materialize_asks_for_the_memory_of_its_weights(tmp_path, dtype):
     """A local checkpoint of 10^9 parameters (a sparse file): the materialize job of the DAG asks for
     1.3 x 10^9 x bytes(dtype) + 2.5 GB, its init sibling the same (the shape of its reference checkpoint)."""
-    from layergeom.resources import materialize_mem_mb
+    from layergeom.resources.materialize import materialize_mem_mb
 
     src = tmp_path / "big"
     src.mkdir()

@@ -17,7 +17,7 @@ from lg_runs import TEST_CONFIG_FILE, snakemake
 from test_resume import KILL_AT_SNAPSHOT
 from test_spectral import SCHUR_KW, SPECTRA_KW, nonnormal, write_boundary_files
 
-from layergeom import resume
+from layergeom.resume import snapshots, work_folder
 from layergeom.runtime import LayergeomError
 
 KW = SPECTRA_KW | {"sr_k": 2}  # the defaults, as scripts/spectra_table*.py pass them; k capped for d = 6
@@ -139,15 +139,15 @@ def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
                           part=str(parts[1]))  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    partial = parts[1].parent / resume.PARTIAL
+    partial = parts[1].parent / work_folder.PARTIAL
     assert not parts[1].exists() and [p.name for p in partial.glob("*.snapshot.npz")] == ["spectra_part_1.snapshot.npz"]
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     pipeline.write_spectra_part(_files(jac, blocks[1]), parts[1], snapshot_s=0, **KW)
     assert calls == [2, 3]  # the saved first boundary was not computed again
     pipeline.gather_spectra(parts, NAMES, tmp_path / "fan" / "spectra.tsv", tmp_path / "fan" / "eigenvalues.tsv")
@@ -237,7 +237,7 @@ def test_a_parts_resources_count_its_boundaries_and_the_gather_is_small(tmp_path
     the fixed GATHER_MB and GATHER_MINUTES."""
     from schema_defaults import SPECTRA
 
-    from layergeom import resources as R
+    from layergeom.resources import margins, spectral_jobs
 
     d, n_boundaries = 4096, 4
     single = [j for j in _jobs(tmp_path / "one", None, d) if j["rule"] == "spectra_table"]
@@ -248,11 +248,11 @@ def test_a_parts_resources_count_its_boundaries_and_the_gather_is_small(tmp_path
     assert len(gpt2) == 1 and len(parts) == n_boundaries and len(gather) == 1
     G = SPECTRA["n_groups"]
     for job, nb in [(gpt2[0], n_boundaries)] + [(p, 1) for p in parts]:
-        assert int(job["resources"]["runtime"]) == R.spectra_runtime_min("spectra_table", d, nb, G, SPECTRA)
-        assert int(job["resources"]["mem_mb"]) == R.spectra_mem_mb("spectra_table", d, G, SPECTRA, nb)
+        assert int(job["resources"]["runtime"]) == spectral_jobs.spectra_runtime_min("spectra_table", d, nb, G, SPECTRA)
+        assert int(job["resources"]["mem_mb"]) == spectral_jobs.spectra_mem_mb("spectra_table", d, G, SPECTRA, nb)
     assert int(parts[0]["resources"]["runtime"]) < int(gpt2[0]["resources"]["runtime"])
-    assert int(gather[0]["resources"]["mem_mb"]) == R.GATHER_MB
-    assert int(gather[0]["resources"]["runtime"]) == R.GATHER_MINUTES
+    assert int(gather[0]["resources"]["mem_mb"]) == margins.GATHER_MB
+    assert int(gather[0]["resources"]["runtime"]) == margins.GATHER_MINUTES
 
 
 # ---- (d) a real run of one model's table, both routes --------------------------------------------------------
@@ -485,8 +485,8 @@ def test_chain_segment_bounds_cover_the_depths_in_balanced_segments(f):
 
 
 def test_the_schur_gather_checks_each_chains_own_segment_count(jac, tmp_path):
-    """spectra.chain_segments splits the chains by their cost (resources.schur_chain_segments), so the gather is
-    given each chain's count by name: the random orders as 3 segment jobs and the other chains as one job each
+    """spectra.chain_segments splits the chains by their cost (resources.schur_jobs.schur_chain_segments), so the
+    gather is given each chain's count by name: the random orders as 3 segment jobs and the other chains as one job each
     give the single job's bytes; a chain whose parts are not its own count is refused, in one line."""
     from layergeom.spectral import pipeline
 
@@ -569,27 +569,29 @@ def test_schur_prep_and_chain_resources_count_their_share(tmp_path):
     GATHER_MB and GATHER_MINUTES."""
     from schema_defaults import SPECTRA
 
-    from layergeom import resources as R
+    from layergeom.resources import margins, schur_jobs, spectral_jobs
     from layergeom.spectral.settings import schur_chain_name, schur_chains
 
     d, nb, G = 4096, 4, SPECTRA["n_groups"]
     jobs = _jobs(tmp_path, {"spectra": {"boundaries_per_job": 1}}, d)
     gpt2 = [j for j in jobs if j["wildcards"].get("model") == "tiny-gpt2"]
-    single_mb = R.spectra_mem_mb("spectra_schur", d, G, SPECTRA, nb)
-    single_min = R.spectra_runtime_min("spectra_schur", d, nb, G, SPECTRA)
+    single_mb = spectral_jobs.spectra_mem_mb("spectra_schur", d, G, SPECTRA, nb)
+    single_min = spectral_jobs.spectra_runtime_min("spectra_schur", d, nb, G, SPECTRA)
     by_name = {schur_chain_name(c): c for c in schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"])}
     seen = set()
     for j in (j for j in gpt2 if j["rule"].startswith("spectra_schur_")):
         res = {k: int(j["resources"][k]) for k in ("mem_mb", "runtime")}
         if j["rule"] == "spectra_schur_prep":
-            assert res == {"mem_mb": R.spectra_mem_mb("spectra_schur_prep", d, G, SPECTRA, 1),
-                           "runtime": R.spectra_runtime_min("spectra_schur_prep", d, 1, G, SPECTRA)}  # fmt: skip
+            assert res == {
+                "mem_mb": spectral_jobs.spectra_mem_mb("spectra_schur_prep", d, G, SPECTRA, 1),
+                "runtime": spectral_jobs.spectra_runtime_min("spectra_schur_prep", d, 1, G, SPECTRA),
+            }
         elif j["rule"] == "spectra_schur_chain":
             chain = by_name[j["wildcards"]["chain"]]
-            assert res == {"mem_mb": R.schur_chain_mem_mb(d, G, SPECTRA, chain),
-                           "runtime": R.schur_chain_runtime_min(d, nb, SPECTRA, chain)}  # fmt: skip
+            assert res == {"mem_mb": schur_jobs.schur_chain_mem_mb(d, G, SPECTRA, chain),
+                           "runtime": schur_jobs.schur_chain_runtime_min(d, nb, SPECTRA, chain)}  # fmt: skip
         elif j["rule"] == "spectra_schur_gather":
-            assert res == {"mem_mb": R.GATHER_MB, "runtime": R.GATHER_MINUTES}
+            assert res == {"mem_mb": margins.GATHER_MB, "runtime": margins.GATHER_MINUTES}
         seen.add(j["rule"])
         assert res["mem_mb"] < single_mb and res["runtime"] < single_min
     assert seen == {"spectra_schur_prep", "spectra_schur_chain", "spectra_schur_gather"}
@@ -598,13 +600,13 @@ def test_schur_prep_and_chain_resources_count_their_share(tmp_path):
 @pytest.mark.dag
 def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources(tmp_path):
     """tiny-gpt2 fanned out (spectra.boundaries_per_job 1, d = 4096) with spectra.chain_segments 2: each chain of
-    settings.schur_chains runs as resources.schur_chain_segments of its 4 boundaries says (2 jobs {chain}.s0,
+    settings.schur_chains runs as resources.schur_jobs.schur_chain_segments of its 4 boundaries says (2 jobs {chain}.s0,
     {chain}.s1 for the costliest class, one {chain} job for a chain of at most half its cost), each asking for
     its prefix and own steps (schur_chain_runtime_min with its segment, at most the whole chain's) and the
     chain's memory; the gather reads every chain's jobs, in order, and checks each chain against its count."""
     from schema_defaults import SPECTRA
 
-    from layergeom import resources as R
+    from layergeom.resources import schur_jobs
     from layergeom.spectral.settings import schur_chain_name, schur_chains
 
     d, nb, G = 4096, 4, SPECTRA["n_groups"]
@@ -613,26 +615,28 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
     gpt2 = [j for j in jobs if j["wildcards"].get("model") == "tiny-gpt2"]
     plan = schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"], order_alphas=SPECTRA["schur_order_alphas"])
     want, names = {}, []
-    longest = max(R.schur_chain_seconds(d, nb, spectra, c) for c in plan)
+    longest = max(schur_jobs.schur_chain_seconds(d, nb, spectra, c) for c in plan)
     for c in plan:
-        segs = R.schur_chain_segments(nb, spectra, c)
-        one = R.schur_chain_seconds(d, nb, spectra, c)
+        segs = schur_jobs.schur_chain_segments(nb, spectra, c)
+        one = schur_jobs.schur_chain_seconds(d, nb, spectra, c)
         assert len(segs) == (2 if one > longest / 2 else 1), (c, one, longest)
         assert segs[0][0] == 0 and segs[-1][1] == nb and all(a[1] == b[0] for a, b in zip(segs, segs[1:]))
         for k, seg in enumerate(segs):
             name = f"{schur_chain_name(c)}.s{k}" if len(segs) > 1 else schur_chain_name(c)
             want[name] = (c, seg if len(segs) > 1 else None)
             names.append(name)
-    assert {len(R.schur_chain_segments(nb, spectra, c)) for c in plan} == {1, 2}  # both kinds at RATES
+    assert {len(schur_jobs.schur_chain_segments(nb, spectra, c)) for c in plan} == {1, 2}  # both kinds at RATES
     got = {j["wildcards"]["chain"]: j for j in gpt2 if j["rule"] == "spectra_schur_chain"}
     assert sorted(got) == sorted(want)
     out = "results/tiny-gpt2/init"
     for name, j in got.items():
         chain, seg = want[name]
         res = {k: int(j["resources"][k]) for k in ("mem_mb", "runtime")}
-        assert res == {"mem_mb": R.schur_chain_mem_mb(d, G, spectra, chain),
-                       "runtime": R.schur_chain_runtime_min(d, nb, spectra, chain, seg)}  # fmt: skip
-        assert res["runtime"] <= R.schur_chain_runtime_min(d, nb, spectra, chain)  # (both at least MIN_MINUTES)
+        assert res == {"mem_mb": schur_jobs.schur_chain_mem_mb(d, G, spectra, chain),
+                       "runtime": schur_jobs.schur_chain_runtime_min(d, nb, spectra, chain, seg)}  # fmt: skip
+        assert res["runtime"] <= schur_jobs.schur_chain_runtime_min(
+            d, nb, spectra, chain
+        )  # (both at least MIN_MINUTES)
         assert j["output"] == [f"{out}/parts/schur/chains/{name}.npz"]
     (gather,) = [j for j in gpt2 if j["rule"] == "spectra_schur_gather"]
     assert gather["input"][nb : nb + len(names)] == [f"{out}/parts/schur/chains/{n}.npz" for n in names]  # nb preps
@@ -649,7 +653,7 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
     prio, seconds = {name: float(j["priority"]) for name, j in got.items()}, {}
     for name, (chain, seg) in want.items():
         start, end = seg or (0, nb)
-        cls, base = R.schur_chain_class(spectra, chain), R.schur_chain_base(spectra, chain)
+        cls, base = schur_jobs.schur_chain_class(spectra, chain), schur_jobs.schur_chain_base(spectra, chain)
         seconds[name] = start * m["advance_s"][base] + (end - start) * m["step_s"][cls]
         assert prio[name] == pytest.approx(seconds[name], rel=0.01), (name, prio[name], seconds[name])
     # a prep's: its block's (one boundary) measured seconds + the longest chain job's, above every chain job
@@ -665,7 +669,7 @@ def test_a_fanned_run_writes_the_one_jobs_schur_bytes_with_chain_segments(tmp_pa
     same bytes. Two α below 1 and one random order keep it to 11 chains."""
     from schema_defaults import SPECTRA
 
-    from layergeom import resources as R
+    from layergeom.resources import schur_jobs
     from layergeom.spectral.settings import schur_chain_name, schur_chains
 
     target = "results/tiny-gpt2/init/schur.tsv"
@@ -673,7 +677,7 @@ def test_a_fanned_run_writes_the_one_jobs_schur_bytes_with_chain_segments(tmp_pa
     spectra = SPECTRA | small | {"chain_segments": 2}
     want = []
     for c in schur_chains(small["alphas"], small["schur_orders"], order_alphas=None):
-        n = len(R.schur_chain_segments(4, spectra, c))
+        n = len(schur_jobs.schur_chain_segments(4, spectra, c))
         want += [f"{schur_chain_name(c)}.s{k}" for k in range(n)] if n > 1 else [schur_chain_name(c)]
     run, one = tmp_path / "run", tmp_path / "one"  # run: _jobs' folder
     _jobs(tmp_path, {"spectra": small}, target=target)  # writes tmp_path/config.yaml
@@ -719,16 +723,16 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
                                 n=n, chain=chain)  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    part, partial = chains / f"{chain}.npz", chains / resume.PARTIAL
+    part, partial = chains / f"{chain}.npz", chains / work_folder.PARTIAL
     assert not part.exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{chain}.snapshot.npz"]
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     _schur_chain_job(jac, out, n, chain, snapshot_s=0)
     assert calls == list(range(3, len(NAMES) + 1))  # the first two boundaries were not stepped again
     _schur_fanned(jac, out, n, skip=(chain,))
@@ -759,7 +763,7 @@ def test_a_killed_schur_chains_work_goes_when_the_settings_no_longer_have_it(jac
     script = SCHUR_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac), out=str(out),
                                 n=n, chain=chain)  # fmt: skip
     assert forked.run(script).returncode == -signal.SIGKILL
-    partial = chains / resume.PARTIAL
+    partial = chains / work_folder.PARTIAL
     killed = sorted(p.name for p in partial.iterdir())
     assert killed == [f"schur_chain_{chain}.lock", f"schur_chain_{chain}.snapshot.npz"]
     current = [chains / f"{c}.npz" for c in ("update_none_a0.0", chain, "order0")]  # the killed chain's settings
@@ -832,16 +836,16 @@ def test_a_killed_schur_chain_segment_resumes_from_its_snapshot(jac, tmp_path, m
                                   out=str(out), n=n, chain=chain, segment=segment, job=job)  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    partial = chains / resume.PARTIAL
+    partial = chains / work_folder.PARTIAL
     assert not (chains / f"{job}.npz").exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"schur_chain_{job}.snapshot.npz"]
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     _schur_chain_job(jac, out, n, chain, snapshot_s=0, segment=segment, job=job)
     assert calls == list(range(kill, segment[1] + 1))  # the depths saved before the kill were not redone
     _schur_fanned(jac, out, n, skip=(job,), segments=segments)
@@ -904,18 +908,18 @@ def test_a_killed_schur_prep_resumes_from_its_snapshot(jac, tmp_path, monkeypatc
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     _, preps, arrays, _ = _schur_blocks(out, n)
-    partial = preps[0].parent / resume.PARTIAL
+    partial = preps[0].parent / work_folder.PARTIAL
     assert not preps[0].exists() and not arrays[0].exists()
     # the arrays of 3 boundaries (the 3rd's written before the kill, its record not saved: it is redone)
     names = [f"schur_prep_0.b{i}.npz" for i in range(3)] + ["schur_prep_0.snapshot.npz"]
     assert sorted(p.name for p in partial.glob("*.npz")) == names
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     _schur_prep_job(jac, out, n, 0, snapshot_s=0)
     assert calls == [3, 4]  # the first two boundaries were not prepared again
     assert not partial.exists()

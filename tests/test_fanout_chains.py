@@ -19,7 +19,7 @@ from test_fanout import NAMES, _files, _jobs, _mats, jac  # noqa: F401 (jac: the
 from test_resume import KILL_AT_SNAPSHOT
 from test_spectral import CONVERGENCE_KW, CUMULATIVE_KW, write_boundary_files
 
-from layergeom import resume
+from layergeom.resume import snapshots, work_folder
 from layergeom.runtime import LayergeomError
 
 CONV = CONVERGENCE_KW | {"sr_k": 2, "n_edge": 2}  # as scripts/spectra_convergence*.py pass them; k capped for d = 6
@@ -219,13 +219,13 @@ def _kill(fn, folder, out, which, k):
 
 
 def _saves(monkeypatch) -> list[int]:
-    calls, real = [], resume.Snapshots.save
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     return calls
 
 
@@ -237,7 +237,7 @@ def test_a_killed_variant_job_resumes_from_its_snapshot(jac, tmp_path, monkeypat
     out = tmp_path / "fan"
     _kill("_cum_variant", jac, out, variant, 4)
     part = out / "parts" / "cumulative" / f"{variant}.npz"
-    partial = part.parent / resume.PARTIAL
+    partial = part.parent / work_folder.PARTIAL
     assert not part.exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"cumulative_{variant}.snapshot.npz"]
     calls = _saves(monkeypatch)
@@ -254,7 +254,7 @@ def test_a_killed_subset_job_resumes_from_its_snapshot(jac, tmp_path, monkeypatc
     _conv_single(jac, tmp_path / "one")
     out, k = tmp_path / "fan", 2
     _kill("_conv_subset", jac, out, k, 3)
-    partial = _conv_part(out, k).parent / resume.PARTIAL
+    partial = _conv_part(out, k).parent / work_folder.PARTIAL
     assert not _conv_part(out, k).exists()
     assert [p.name for p in partial.glob("*.snapshot.npz")] == [f"convergence_{k}.snapshot.npz"]
     calls = _saves(monkeypatch)
@@ -344,23 +344,24 @@ def test_variant_and_subset_resources_count_their_share(tmp_path):
     resources' functions), each less than the one job; the gathers the fixed GATHER_MB and GATHER_MINUTES."""
     from schema_defaults import SPECTRA
 
-    from layergeom import resources as R
+    from layergeom.resources import margins, spectral_jobs
 
     d, nb, G = 4096, 4, SPECTRA["n_groups"]
     jobs = [j for j in _jobs(tmp_path, {"spectra": {"boundaries_per_job": 1}}, d)
             if j["wildcards"].get("model") == "tiny-gpt2"]  # fmt: skip
     want = {
-        "spectra_cumulative_variant": (R.cumulative_variant_mem_mb(d, G, SPECTRA), R.cumulative_variant_runtime_min(d, nb)),
-        "spectra_convergence_subset": lambda k: (R.convergence_subset_mem_mb(d, G, SPECTRA, nb),
-                                                 R.convergence_subset_runtime_min(d, nb, G, SPECTRA, k)),
-        "spectra_cumulative_gather": (R.GATHER_MB, R.GATHER_MINUTES),
-        "spectra_convergence_gather": (R.GATHER_MB, R.GATHER_MINUTES),
+        "spectra_cumulative_variant": (spectral_jobs.cumulative_variant_mem_mb(d, G, SPECTRA),
+                                       spectral_jobs.cumulative_variant_runtime_min(d, nb)),
+        "spectra_convergence_subset": lambda k: (spectral_jobs.convergence_subset_mem_mb(d, G, SPECTRA, nb),
+                                                 spectral_jobs.convergence_subset_runtime_min(d, nb, G, SPECTRA, k)),
+        "spectra_cumulative_gather": (margins.GATHER_MB, margins.GATHER_MINUTES),
+        "spectra_convergence_gather": (margins.GATHER_MB, margins.GATHER_MINUTES),
     }  # fmt: skip
     single = {
-        "cumulative": (R.spectra_mem_mb("spectra_cumulative", d, G, SPECTRA, nb),
-                       R.spectra_runtime_min("spectra_cumulative", d, nb, G, SPECTRA)),
-        "convergence": (R.spectra_mem_mb("spectra_convergence", d, G, SPECTRA, nb),
-                        R.spectra_runtime_min("spectra_convergence", d, nb, G, SPECTRA)),
+        "cumulative": (spectral_jobs.spectra_mem_mb("spectra_cumulative", d, G, SPECTRA, nb),
+                       spectral_jobs.spectra_runtime_min("spectra_cumulative", d, nb, G, SPECTRA)),
+        "convergence": (spectral_jobs.spectra_mem_mb("spectra_convergence", d, G, SPECTRA, nb),
+                        spectral_jobs.spectra_runtime_min("spectra_convergence", d, nb, G, SPECTRA)),
     }  # fmt: skip
     seen = {}
     for j in jobs:
@@ -380,25 +381,25 @@ def test_variant_and_subset_resources_are_a_share_of_the_single_jobs():
     read J̄ and form Δ each); the subset jobs' times add up to the single job's (one size each, a larger one longer)."""
     from schema_defaults import SPECTRA
 
-    from layergeom import resources as R
+    from layergeom.resources import margins, spectral_jobs
 
     G, nb = SPECTRA["n_groups"], 64
     for d in (4096, 8192):  # above the MIN_MINUTES floor
-        one = R.spectra_bytes("spectra_cumulative", d, G, SPECTRA)
-        var = R.cumulative_variant_bytes(d, G, SPECTRA)
+        one = spectral_jobs.spectra_bytes("spectra_cumulative", d, G, SPECTRA)
+        var = spectral_jobs.cumulative_variant_bytes(d, G, SPECTRA)
         assert one > var > one / 2
-        t_one = R.spectra_runtime_min("spectra_cumulative", d, nb, G, SPECTRA)
-        t_var = R.cumulative_variant_runtime_min(d, nb)
+        t_one = spectral_jobs.spectra_runtime_min("spectra_cumulative", d, nb, G, SPECTRA)
+        t_var = spectral_jobs.cumulative_variant_runtime_min(d, nb)
         assert t_var < t_one <= 2 * t_var + 1
-        n_sizes = R.convergence_subsets(G, nb, SPECTRA)
-        t_conv = R.spectra_runtime_min("spectra_convergence", d, nb, G, SPECTRA)
-        t_sub = [R.convergence_subset_runtime_min(d, nb, G, SPECTRA, k) for k in range(n_sizes)]
+        n_sizes = spectral_jobs.convergence_subsets(G, nb, SPECTRA)
+        t_conv = spectral_jobs.spectra_runtime_min("spectra_convergence", d, nb, G, SPECTRA)
+        t_sub = [spectral_jobs.convergence_subset_runtime_min(d, nb, G, SPECTRA, k) for k in range(n_sizes)]
         assert n_sizes == 4 and abs(sum(t_sub) - t_conv) <= n_sizes and t_sub == sorted(t_sub)  # larger S: longer
-        assert R.convergence_subset_mem_mb(d, G, SPECTRA, nb) < R.spectra_mem_mb(
+        assert spectral_jobs.convergence_subset_mem_mb(d, G, SPECTRA, nb) < spectral_jobs.spectra_mem_mb(
             "spectra_convergence", d, G, SPECTRA, nb
         )
-    assert R.convergence_subsets(1, nb, SPECTRA) == 1  # one group: one job writing the empty table
-    assert R.cumulative_variant_mem_mb(None, G, SPECTRA) == R.MIN_MB
+    assert spectral_jobs.convergence_subsets(1, nb, SPECTRA) == 1  # one group: one job writing the empty table
+    assert spectral_jobs.cumulative_variant_mem_mb(None, G, SPECTRA) == margins.MIN_MB
 
 
 @pytest.mark.dag

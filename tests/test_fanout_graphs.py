@@ -11,7 +11,7 @@ from lg_runs import TEST_CONFIG_FILE
 from test_fanout import _jobs
 from test_resume import _graph_setup
 
-from layergeom import resume
+from layergeom.resume import work_folder
 
 
 def _blocks(names, n):
@@ -45,7 +45,7 @@ def test_graph_blocks_write_the_single_jobs_bytes(tmp_path, n):
     one = _bytes(tmp_path / "one")
     assert len(one) == 3 * len(names) and _bytes(tmp_path / "fan") == one
     assert b"\n0\t" in one[f"{names[0]}.tsv"]  # a node table with rows: the comparison has content
-    assert not (tmp_path / "fan" / resume.PARTIAL).exists()  # the last block took the work folder with it
+    assert not (tmp_path / "fan" / work_folder.PARTIAL).exists()  # the last block took the work folder with it
 
 
 # ---- (b) a failed block resumes; the others leave its work alone --------------------------------------------
@@ -66,7 +66,7 @@ def test_a_failed_block_resumes_and_the_other_blocks_leave_its_work(tmp_path, mo
     monkeypatch.setattr(pipeline, "store_topology", crash)
     with pytest.raises(RuntimeError, match="injected"):
         _write_block(tmp_path, fan, names, cfg, blocks[0], 0)
-    work = tmp_path / "fan" / resume.PARTIAL
+    work = tmp_path / "fan" / work_folder.PARTIAL
     assert sorted(p.name for p in work.glob("*.done.json")) == [f"{blocks[0][0]}.done.json"]
     monkeypatch.setattr(pipeline, "store_topology", real)
     _write_block(tmp_path, fan, names, cfg, blocks[1], 1)  # the other block finishes meanwhile
@@ -86,8 +86,8 @@ def test_a_block_works_beside_a_live_block(tmp_path):
     """A block's lock is its own (graphs_{k}): block 1 runs and finishes while block 0 holds its lock in the
     shared work folder, and leaves that lock (and the folder) in place."""
     names, cfg, outs = _graph_setup(tmp_path)
-    work = tmp_path / "fan" / resume.PARTIAL
-    held = resume.WorkLock.hold(work, "graphs_0")
+    work = tmp_path / "fan" / work_folder.PARTIAL
+    held = work_folder.WorkLock.hold(work, "graphs_0")
     try:
         _write_block(tmp_path, outs(tmp_path / "fan"), names, cfg, names[2:], 1)
         assert sorted(_bytes(tmp_path / "fan")) == sorted(
@@ -113,8 +113,8 @@ def test_boundaries_per_job_fans_out_one_models_graphs_with_their_resources(tmp_
     import test_fanout
     from schema_defaults import section_defaults
 
-    from layergeom import resources as R
     from layergeom.names import boundaries_for
+    from layergeom.resources import topology_jobs
 
     names, d = boundaries_for("gpt2", 2), 4096
     blocks = _blocks(names, 3)
@@ -134,12 +134,14 @@ def test_boundaries_per_job_fans_out_one_models_graphs_with_their_resources(tmp_
             f"results/tiny-gpt2/init/graphs/{b}{s}" for b in block for s in (".tsv", ".edges.tsv", ".sweep.tsv")
         )
         assert j["input"] == ["results/tiny-gpt2/init/activations"]
-        assert int(j["resources"]["runtime"]) == R.topology_graph_runtime_min(d, tokens, len(block))
-        assert int(j["resources"]["mem_mb"]) == R.topology_graph_mem_mb(d, tokens, topo["chunk_tokens"], topo["top_k"])
+        assert int(j["resources"]["runtime"]) == topology_jobs.topology_graph_runtime_min(d, tokens, len(block))
+        assert int(j["resources"]["mem_mb"]) == topology_jobs.topology_graph_mem_mb(
+            d, tokens, topo["chunk_tokens"], topo["top_k"]
+        )
     assert int(graphs[1]["resources"]["runtime"]) < int(graphs[0]["resources"]["runtime"])
     (one,) = _graph_jobs(single)
     assert one["rule"] == "topology_graph_tiny_gpt2"
-    assert int(one["resources"]["runtime"]) == R.topology_graph_runtime_min(d, tokens, len(names))
+    assert int(one["resources"]["runtime"]) == topology_jobs.topology_graph_runtime_min(d, tokens, len(names))
     assert int(one["resources"]["runtime"]) > int(graphs[0]["resources"]["runtime"])
     assert sorted(one["output"]) == sorted(o for j in graphs for o in j["output"])  # the same files
     for other in ("tiny-neox", "tiny-llama"):  # one graph job per checkpoint, today's rule

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_model
 
-from layergeom import cli, corpus, fetch, models, network
+from layergeom import cli, corpus, fetch, materialize, models, network
 from layergeom.runtime import LayergeomError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -88,7 +88,7 @@ def test_offline_a_cached_revision_is_linked_and_materialises(tmp_path, cache, o
 
     mcfg = {"source": "hub", "family": "gpt_neox", "id": REPO, "n_layers": 2,
             "checkpoints": {"step0": {"revision": "step0"}}}  # fmt: skip
-    info = models.materialize("p", "step0", mcfg, tmp_path / "m" / "step0", hub_dir=out)
+    info = materialize.materialize("p", "step0", mcfg, tmp_path / "m" / "step0", hub_dir=out)
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(model_files, local_files_only=True)

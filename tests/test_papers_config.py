@@ -21,7 +21,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from layergeom import config as lgconfig  # noqa: E402
 from layergeom.modelinfo import complete_model  # noqa: E402
 from layergeom.names import boundaries_for  # noqa: E402
-from layergeom.resources import MIN_MB, UNKNOWN_MINUTES, convergence_subsets, schur_chain_segments  # noqa: E402
+from layergeom.resources.margins import MIN_MB, UNKNOWN_MINUTES  # noqa: E402
+from layergeom.resources.schur_jobs import schur_chain_segments  # noqa: E402
+from layergeom.resources.spectral_jobs import convergence_subsets  # noqa: E402
 from layergeom.runtime import LayergeomError  # noqa: E402
 from layergeom.spectral.settings import schur_chains  # noqa: E402
 
@@ -272,14 +274,14 @@ MODEL_JOBS = re.compile(r"activations|spectra_jacobians_\w+|tokenwise_fit|tokenw
 def _model_job_requests(papers: dict, model: str) -> dict[str, int]:
     """What layergeom.resources asks (mem_mb) for each model job of an 8B checkpoint, computed here from the config
     alone (d_model, n_layers, the corpus and the sections: no config.json before the download)."""
-    from layergeom import resources as R
+    from layergeom.resources import files, model_jobs
 
     cfg = lgconfig.validate(copy.deepcopy(papers))
     mc = cfg["models"][model]
     sec = {s: lgconfig.model_section(cfg, model, s) for s in ("activations", "tokenwise", "spectra")}
-    dims = R.model_dims(None, mc["d_model"], mc["n_layers"])
+    dims = model_jobs.model_dims(None, mc["d_model"], mc["n_layers"])
     n, T = cfg["corpus"]["n_windows"], cfg["corpus"]["window_tokens"]
-    b, sb = R.DTYPE_BYTES[mc["dtype"]], R.DTYPE_BYTES[sec["activations"]["dtype"]]
+    b, sb = files.DTYPE_BYTES[mc["dtype"]], files.DTYPE_BYTES[sec["activations"]["dtype"]]
     wb = dims["params"] * b
     names = boundaries_for(mc["family"], mc["n_layers"])
     act = dict(n_windows=n, window_tokens=T, batch_size=sec["activations"]["batch_size"], n_names=len(names) + 1,
@@ -289,15 +291,15 @@ def _model_job_requests(papers: dict, model: str) -> dict[str, int]:
                store_bytes=sb)  # fmt: skip
     kl = dict(n_windows=n, window_tokens=T, n_anchors=tw["n_anchors"], n_classes=len(tw["classes"]),
               batch_rows=tw["kl_batch_rows"], model_bytes=b, weight_bytes=wb)  # fmt: skip
-    ns, wins = R.jacobian_sample_count(n, T, sec["spectra"])
+    ns, wins = model_jobs.jacobian_sample_count(n, T, sec["spectra"])
     kinds = [b_.split(".")[1] for b_ in names]
     jac = dict(n_samples=ns, n_tokens=n * T, window_tokens=T, n_groups=min(sec["spectra"]["n_groups"], wins),
                spectra=sec["spectra"], store_bytes=sb, model_bytes=b)  # fmt: skip
     return {
-        "activations": R.activations_mem_mb(dims, **act),
-        "tokenwise_fit": R.tokenwise_fit_mem_mb(dims["d"], **fit),
-        "tokenwise_kl": R.tokenwise_kl_mem_mb(dims, **kl),
-        "spectra_jacobians": R.jacobians_mem_mb(dims, kinds, weight_bytes=wb, **jac),
+        "activations": model_jobs.activations_mem_mb(dims, **act),
+        "tokenwise_fit": model_jobs.tokenwise_fit_mem_mb(dims["d"], **fit),
+        "tokenwise_kl": model_jobs.tokenwise_kl_mem_mb(dims, **kl),
+        "spectra_jacobians": model_jobs.jacobians_mem_mb(dims, kinds, weight_bytes=wb, **jac),
     }
 
 

@@ -1,6 +1,6 @@
 """The fan-out's part files (layergeom.parts): arrays and JSON, never a pickle; each checked against the job that
 wrote it, with one error naming the file for a truncated, foreign or stale part; and the work a killed part job
-of other settings left in its work folder is removed when the stage runs again (resume.remove_unowned)."""
+of other settings left in its work folder is removed when the stage runs again (work_folder.remove_unowned)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from conftest import ROOT
 from test_fanout import KW, NAMES, _bytes, _fanned, _files, _single, jac  # noqa: F401 -- jac: a fixture
 from test_resume import KILL_AT_SNAPSHOT
 
-from layergeom import parts, resume
+from layergeom import parts
+from layergeom.resume import work_folder
 from layergeom.runtime import LayergeomError
 
 
@@ -232,13 +233,13 @@ def test_remove_unowned_removes_only_the_work_of_jobs_the_settings_lack(tmp_path
     _lock(work, "schur_chain_run_none_a0.5", dead)  # a killed job: its PID is no longer running
     _lock(work, "spectra_part_7", os.getpid())  # a live job of the old settings: left alone
     _lock(work, "convergence_9", 1, host="another-node", age=60)  # refreshed a minute ago on another host
-    removed = resume.remove_unowned(work, ["schur_chain_run_none_a0", "spectra_part_0"])
+    removed = work_folder.remove_unowned(work, ["schur_chain_run_none_a0", "spectra_part_0"])
     left = sorted(p.name for p in work.iterdir())
     assert sorted(p.name for p in removed) == sorted(files["gone"])
     assert left == sorted(files["owned"] + files["live"] + files["other-host"] + files["unknown"])
     assert (work / "spectra_part_7.lock").exists() and json.loads((work / "spectra_part_7.lock").read_text())[
         "pid"] == os.getpid()  # fmt: skip
-    assert resume.remove_unowned(tmp_path / "nowhere", []) == []
+    assert work_folder.remove_unowned(tmp_path / "nowhere", []) == []
 
 
 @pytest.mark.parametrize("name,owner", [
@@ -247,7 +248,7 @@ def test_remove_unowned_removes_only_the_work_of_jobs_the_settings_lack(tmp_path
     ("schur_prep_0.b12.npz", "schur_prep_0"), ("L0.attn.done.json", None), ("notes.txt", None),
 ])  # fmt: skip
 def test_work_owner_reads_the_job_from_a_work_files_name(name, owner):
-    assert resume.work_owner(name) == owner
+    assert work_folder.work_owner(name) == owner
 
 
 SETUP = (
@@ -272,7 +273,7 @@ def test_a_killed_parts_work_goes_when_the_settings_no_longer_have_it(jac, tmp_p
                           block=NAMES[4:6], part=str(fan / "2.npz"))  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    partial = fan / resume.PARTIAL
+    partial = fan / work_folder.PARTIAL
     assert sorted(p.name for p in partial.iterdir()) == ["spectra_part_2.lock", "spectra_part_2.snapshot.npz"]
     blocks = [NAMES[0:4], NAMES[4:7]]
     new = [fan / f"{k}.npz" for k in range(2)]
@@ -300,9 +301,9 @@ _cum_variant(Path({folder!r}), Path({out!r}), "full", snapshot_s=0)
     siblings = [out / "update.npz", out / "full.npz"]
     pipeline.write_cumulative_variant(_files(jac, NAMES), siblings[0], variant="update", snapshot_s=0,
                                       siblings=siblings, **CUMULATIVE_KW)  # fmt: skip
-    assert (out / resume.PARTIAL / "cumulative_full.snapshot.npz").exists()
+    assert (out / work_folder.PARTIAL / "cumulative_full.snapshot.npz").exists()
     _cum_variant(jac, tmp_path / "fan", "full", snapshot_s=0)
-    assert not (out / resume.PARTIAL).exists()
+    assert not (out / work_folder.PARTIAL).exists()
 
 
 @pytest.mark.dag

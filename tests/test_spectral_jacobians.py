@@ -17,10 +17,10 @@ import torch
 from conftest import ROOT, central_differences, tiny_model
 from schema_defaults import SEED, SPECTRA, boundary_kw, jacobian_kw
 
-from layergeom import resume
 from layergeom.adapters import FAMILIES, adapter_class, get_adapter
 from layergeom.adapters import parts as P
 from layergeom.models import random_from_config
+from layergeom.resume import work_folder
 from layergeom.runtime import LayergeomError
 from layergeom.spectral import jacobians as jac
 from layergeom.spectral import pipeline
@@ -352,7 +352,7 @@ def test_boundary_jacobians_from_store(tmp_path, llama_store, context, samples, 
     cfg = {"n_samples": 8, "samples": samples, "context": context, "method": method, "n_groups": 2,
            "summary_samples": 6, "chunk_size": 3}  # fmt: skip
     res = pipeline.boundary_jacobians(ad, store, names, outs, cfg, seed=SEED)
-    assert not (tmp_path / "jac" / resume.PARTIAL).exists()
+    assert not (tmp_path / "jac" / work_folder.PARTIAL).exists()
     T = windows.shape[1]
     rows = jac.select_samples(5, T, 8, samples, SEED)
     win, pos = rows // T, rows % T
@@ -459,7 +459,7 @@ def test_resume_redoes_a_boundary_whose_kept_files_do_not_match_their_marker(tmp
     _count_calls(monkeypatch, fail_after=3)
     with pytest.raises(RuntimeError, match="injected"):
         pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
-    work = tmp_path / "jac" / resume.PARTIAL
+    work = tmp_path / "jac" / work_folder.PARTIAL
     a, b = work / f"{names[0]}.npy", work / f"{names[1]}.npy"
     if damage == "truncated":
         a.write_bytes(a.read_bytes()[:-8])
@@ -478,7 +478,7 @@ def test_resume_redoes_a_boundary_whose_kept_files_do_not_match_their_marker(tmp
 
 def test_jacobian_resume_key_names_the_machine(llama_store):
     """Work done on another device or with other thread counts is not reused (they change the rounding)."""
-    from layergeom.resume import machine_id
+    from layergeom.resume.keys import machine_id
 
     ad, _, store = llama_store
     cfg = jac.JacobianSettings.from_config(CFG)
@@ -530,7 +530,7 @@ def test_resume_after_sigkill(tmp_path, llama_store, monkeypatch):
                                store=str(store.path), cfg=CFG)  # fmt: skip
     res = forked.run(script)
     assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
-    partial = out / resume.PARTIAL
+    partial = out / work_folder.PARTIAL
     kept = {p.name: p.read_bytes() for p in partial.glob("L*") if p.is_file() and not p.name.endswith(".done.json")}
     assert len(list(partial.glob("*.done.json"))) == k
     calls = _count_calls(monkeypatch)

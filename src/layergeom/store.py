@@ -266,7 +266,7 @@ def _rows_sha256(path: Path, start: int, stop: int) -> str:
 def _kept_windows(tmp: Path, marker: Path, key: str, names, shape, np_dtype, T: int) -> tuple[int, dict]:
     """The windows done of a killed dump and the row segments its marker recorded, if its files still hold them
     (each memmap's header, shape and size, and each segment's sha256); else (0, {}), logged."""
-    from .resume import item_done, npy_problem
+    from .resume.items import item_done, npy_problem
 
     if not item_done(marker, key):
         return 0, {}
@@ -293,7 +293,9 @@ def _resumable_dump(out_dir, fill, names, shape, dtype, needed, snapshot_s, inpu
     checked before a resume; at the end the store moves into place. One instance at a time (a lock)."""
     import time
 
-    from .resume import WorkLock, job_key, mark_done, remove_work, work_dir
+    from .resume.items import mark_done
+    from .resume.keys import job_key
+    from .resume.work_folder import WorkLock, remove_work, work_dir
 
     out_dir = Path(out_dir)
     work = work_dir(out_dir)

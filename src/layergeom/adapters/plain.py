@@ -7,8 +7,8 @@ adapter names. Two mechanisms of transformers put other code in their place:
   transformers 5.25 on (where ``kernels`` is a dependency), and ``model.kernelize()`` replace the ``forward`` of
   layers such as RMSNorm, the activations, the rotary embedding and Mamba's scan and convolution by kernels
   fetched from the Hub, for the device the model is on (CUDA, ROCm, XPU; a mapping may name the CPU too).
-  ``layergeom.models`` loads with ``use_kernels=False``; :func:`check_plain` refuses a model in which any
-  module's ``forward`` is not its class's own.
+  ``layergeom.models`` and ``layergeom.materialize`` load with ``use_kernels=False``; :func:`check_plain` refuses
+  a model in which any module's ``forward`` is not its class's own.
 - **Fused packages** (``mamba_ssm``, ``causal_conv1d``, ``fla``). Where one is installed, the modeling code that
   lists it imports it and calls its kernels instead of the torch code (transformers up to 5.24 on every device,
   5.25 on CUDA). :func:`check_plain` refuses a model whose modeling code lists an installed one.

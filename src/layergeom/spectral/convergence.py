@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..resume import NO_SNAPSHOTS, Snapshots
+from ..resume.snapshots import NO_SNAPSHOTS, Snapshots
 from ..runtime import progress
 from . import intervals
 from .cumulative import VARIANTS, ProductChain, as_tensor, step_operator, tangent_floor

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from ..linalg import certified_svd, torch_svd, torch_svdvals
-from ..resume import NO_SNAPSHOTS, Snapshots
+from ..resume.snapshots import NO_SNAPSHOTS, Snapshots
 from .intervals import jackknife_interval
 from .spectra import effective_rank, entropy_gradient
 

@@ -35,18 +35,10 @@ import pandas as pd
 from ..io import read_tsv, save_npy, write_tsv
 from ..parts import SUFFIX as PART_SUFFIX
 from ..parts import read_parts, write_part
-from ..resume import (
-    Snapshots,
-    WorkLock,
-    file_id,
-    item_done,
-    job_key,
-    machine_id,
-    mark_done,
-    remove_unowned,
-    remove_work,
-    work_dir,
-)
+from ..resume.items import item_done, mark_done
+from ..resume.keys import file_id, job_key, machine_id
+from ..resume.snapshots import Snapshots
+from ..resume.work_folder import WorkLock, remove_unowned, remove_work, work_dir
 from ..runtime import LayergeomError, atomic_path, progress
 from . import intervals
 from .convergence import convergence_rows

@@ -63,7 +63,7 @@ import scipy.linalg
 from scipy.linalg.lapack import ztrexc, ztrsyl
 from scipy.optimize import linear_sum_assignment
 
-from ..resume import NO_SNAPSHOTS, Snapshots
+from ..resume.snapshots import NO_SNAPSHOTS, Snapshots
 from ..runtime import LayergeomError, progress
 from .cumulative import VARIANTS, ProductChain, step_operator, tangent_floor
 from .intervals import jackknife_interval

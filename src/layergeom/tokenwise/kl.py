@@ -14,7 +14,7 @@ import logging
 import numpy as np
 import torch
 
-from ..resume import NO_SNAPSHOTS, Snapshots
+from ..resume.snapshots import NO_SNAPSHOTS, Snapshots
 from ..runtime import progress
 
 log = logging.getLogger("layergeom")
@@ -84,7 +84,7 @@ def patched_kl(
     per map class). Returns layer -> KL (n_variants, m) float64. Consecutive windows are resumed together
     (``adapter.stack_runs``): one ``adapter.resume`` call per (chunk of windows, layer) covers all their
     anchors and variants, at most ``max_rows`` rows unless a single window has more. ``snapshots``
-    (``layergeom.resume.Snapshots``; default none) resumes after its last snapshot (the KL of the chunks of
+    (``layergeom.resume.snapshots.Snapshots``; default none) resumes after its last snapshot (the KL of the chunks of
     windows done) and saves as it goes; each chunk's KL depends on that chunk only.
     """
     device = adapter.device

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from ..io import read_tsv, write_tsv
-from ..resume import NO_SNAPSHOTS, Snapshots
+from ..resume.snapshots import NO_SNAPSHOTS, Snapshots
 from ..runtime import LayergeomError, atomic_path
 from ..store import ActivationStore
 
@@ -184,7 +184,7 @@ def kl_checkpoint(
 ):
     """KL of every patched state of every layer; one clean pass per window. Returns a DataFrame.
 
-    ``snapshots`` (``layergeom.resume.Snapshots``): resume the batched KL from its last snapshot, and save.
+    ``snapshots`` (``layergeom.resume.snapshots.Snapshots``): resume the batched KL from its last snapshot, and save.
     """
     import pandas as pd
     import torch

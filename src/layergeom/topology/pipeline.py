@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..io import read_tsv, write_tsv
-from ..resume import WorkLock, item_done, job_key, machine_id, mark_done, remove_work, work_dir
+from ..resume.items import item_done, mark_done
+from ..resume.keys import job_key, machine_id
+from ..resume.work_folder import WorkLock, remove_work, work_dir
 from ..runtime import LayergeomError, progress
 from ..store import ActivationStore
 from .coupling import coupling_table, operator_summary, sweep_table
