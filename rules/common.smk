@@ -920,7 +920,8 @@ def schur_chain_runtime(wildcards, input, attempt):
 
 def schur_chain_priority(wildcards, input):
     """A chain job's scheduling priority: its expected seconds (resources.schur_jobs.schur_chain_seconds), so that
-    with more chain jobs than free slots the longest start first (0 while d is unknown)."""
+    with more chain jobs than free slots the longest start first (0 while d is unknown).
+    """
     d, _, nb = spectra_sizes(wildcards.model, input)
     chain, segment = schur_chain_job(wildcards)
     return (
@@ -1072,7 +1073,8 @@ _DIMS = {}
 
 def dag_model_dims(model):
     """The model's shapes from what is readable at DAG time (resources.model_jobs.model_dims): its config (as
-    model_width reads it), else d_model and n_layers; None without a width (cached per model)."""
+    model_width reads it), else d_model and n_layers; None without a width (cached per model).
+    """
     if model not in _DIMS:
         m = model_cfg(model)
         try:
