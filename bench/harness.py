@@ -83,6 +83,11 @@ def timed(fn, *args, sync=None, **kwargs):
     return out, c.seconds
 
 
+def seconds(fn, *args, sync=None, **kwargs) -> Seconds:
+    """The ``Seconds`` of one call of fn (its result dropped)."""
+    return timed(fn, *args, sync=sync, **kwargs)[1]
+
+
 def best(fn, repeats: int = 1, *, warmup: bool = False, sync=None):
     """(fn()'s last result, the shortest of `repeats` timed calls' ``Seconds``), after one untimed call (`warmup`)."""
     if warmup:
