@@ -10,32 +10,24 @@ intervals over 4 blocks for the own N). Times each table with and without its in
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from harness import RESULTS, default_seed, parser, processor, save_boundary, schema_defaults, seconds, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from layergeom import config as lgconfig  # noqa: E402
-from layergeom.io import read_tsv  # noqa: E402
+from layergeom.io import read_tsv
 from layergeom.spectral import intervals, pipeline  # noqa: E402
-from layergeom.spectral.cumulative import cumulative_rows  # noqa: E402
-from layergeom.spectral.schur import schur_surgery  # noqa: E402
-from layergeom.spectral.spectra import rank_tolerance, spectra_row  # noqa: E402
+from layergeom.spectral.cumulative import cumulative_rows
+from layergeom.spectral.schur import schur_surgery
+from layergeom.spectral.spectra import rank_tolerance, spectra_row
 
 
 def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 0) -> pipeline.BoundaryFiles:
     """Per boundary: group means = J̄ + group noise (2 % of J̄), rank-`rank` attention, full-rank MLP."""
     rng = np.random.default_rng(seed)
-    names, npy, grp, meta = [], [], [], []
+    names = []
     counts = np.full(G, 254)  # 32 windows x 127 tokens in 16 groups
     for layer in range(layers):
         for kind in ("attn", "mlp"):
@@ -51,42 +43,22 @@ def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 
                 groups = J[None] + 0.02 * rng.standard_normal((G, d, d)) / np.sqrt(d)
             groups = groups.astype(np.float32)
             mean = np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1)
-            for ext, obj in (("npy", mean), ("groups.npy", groups)):
-                np.save(folder / f"{name}.{ext}", obj)
-            (folder / f"{name}.json").write_text(json.dumps({"n_samples": int(counts.sum()),
-                                                              "group_counts": counts.tolist()}))  # fmt: skip
+            save_boundary(folder, name, mean, groups, counts)
             names.append(name)
-            npy.append(folder / f"{name}.npy")
-            grp.append(folder / f"{name}.groups.npy")
-            meta.append(folder / f"{name}.json")
-    return pipeline.BoundaryFiles(names, npy, grp, meta)
-
-
-def spectra_defaults() -> dict:
-    """The ``spectra`` settings at their defaults (config/schema/spectra.schema.yaml) and the workflow's seed."""
-    props = lgconfig.load_schema("spectra")["properties"]
-    out = {k: v["default"] for k, v in props.items() if "default" in v}
-    return out | {"seed": lgconfig.load_schema("config")["properties"]["seed"]["default"]}
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    return pipeline.BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(out=RESULTS / "intervals.md")
     ap.add_argument("--d", type=int, default=576)
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--groups", type=int, default=16)
     ap.add_argument("--rank", type=int, default=192)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "intervals.md"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         files = synthetic(tmp, args.d, args.layers, args.groups, args.rank)
-        cfg = spectra_defaults()
+        cfg = schema_defaults("spectra") | {"seed": default_seed()}
         tol = rank_tolerance(args.d, cfg["dtype"], cfg["rank_tol"])
         spectra_kw = {k: cfg[k] for k in ("sr_k", "dtype", "rank_tol", "ci_level", "ci_method", "ci_blocks")}
         schur_kw = {"seed": cfg["seed"], "sr_k": cfg["sr_k"], "boundary_metrics": cfg["schur_boundary_metrics"],
@@ -98,23 +70,23 @@ def main():
         reps = intervals.replicates(counts)
         alphas = [0, 0.5, 1]
         res = {}
-        res["spectra, no intervals"] = timed(
+        res["spectra, no intervals"] = seconds(
             lambda: [spectra_row(n, files[n], 1, sr_k=cfg["sr_k"], tol=tol) for n in files.names]
         )
-        res["spectra, with intervals"] = timed(lambda: pipeline.write_spectra(files, tmp / "s.tsv", **spectra_kw))
-        res["cumulative, no intervals"] = timed(
+        res["spectra, with intervals"] = seconds(lambda: pipeline.write_spectra(files, tmp / "s.tsv", **spectra_kw))
+        res["cumulative, no intervals"] = seconds(
             lambda: cumulative_rows(((n, files[n], None) for n in files.names), ci_level=cfg["ci_level"])
         )
-        res["cumulative, with intervals"] = timed(
+        res["cumulative, with intervals"] = seconds(
             lambda: pipeline.write_cumulative(
                 files, tmp / "c.tsv", ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"]
             )
         )
         cum = read_tsv(tmp / "c.tsv", exact=True)  # the α = 1 rows (J̄ itself)
-        res["schur (both variants), no intervals"] = timed(
+        res["schur (both variants), no intervals"] = seconds(
             lambda: schur_surgery(files, alphas=alphas, tol=tol, ci_controls=["none"], cumulative=cum, **schur_kw)
         )
-        res["schur (both variants), intervals own N (4 blocks)"] = timed(
+        res["schur (both variants), intervals own N (4 blocks)"] = seconds(
             lambda: pipeline.write_schur(
                 files,
                 tmp / "u.tsv",
@@ -127,13 +99,13 @@ def main():
                 **schur_kw,
             )  # fmt: skip
         )
-        res["convergence (4 sizes)"] = timed(lambda: pipeline.write_convergence(files, tmp / "v.tsv", **conv_kw))
+        res["convergence (4 sizes)"] = seconds(lambda: pipeline.write_convergence(files, tmp / "v.tsv", **conv_kw))
         del reps
     lines = [
         "# Confidence intervals: cost on one checkpoint (bench/bench_intervals.py)",
         "",
         f"Synthetic SmolLM2-sized checkpoint: d={args.d}, {2 * args.layers} boundaries (attention rank "
-        f"{args.rank}), G={args.groups} groups; α ∈ {{0, 0.5, 1}}. {platform.processor() or platform.machine()}, "
+        f"{args.rank}), G={args.groups} groups; α ∈ {{0, 0.5, 1}}. {processor()}, "
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average at the end "
         f"{os.getloadavg()[0]:.1f} (shared machine: times scale with it).",
         "",
@@ -146,7 +118,7 @@ def main():
         f"{res['schur (both variants), intervals own N (4 blocks)'] - res['schur (both variants), no intervals']:.0f}"
         f" s, convergence {res['convergence (4 sizes)']:.0f} s (a new table).",
     ]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_text(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

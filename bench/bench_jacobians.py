@@ -21,40 +21,22 @@ Writes bench/results/jacobians.json and bench/results/jacobians.md.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-import time
-from pathlib import Path
 
 import torch
+from harness import RESULTS, best, machine_info, parser, timed, write_json, write_text
+from shapes import SMOLLM2
 from torch.utils.flop_counter import FlopCounterMode
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from shapes import SMOLLM2, machine_info  # noqa: E402  (bench/shapes.py)
-
-from layergeom.adapters import get_adapter  # noqa: E402
-from layergeom.models import build_random  # noqa: E402
-from layergeom.spectral import jacobians as jac  # noqa: E402
-
-
-def best_time(fn, repeats: int) -> float:
-    """Best wall time of `repeats` calls after one warm-up call (seconds)."""
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+from layergeom.adapters import get_adapter
+from layergeom.models import build_random
+from layergeom.spectral import jacobians as jac
 
 
 def gemm_rate(m: int, k: int, n: int, repeats: int = 10) -> float:
-    """fp32 GEMM rate (FLOP/s) of (m,k)@(k,n) on this machine, best of `repeats`."""
+    """fp32 GEMM rate (FLOP/s) of (m,k)@(k,n) on this machine, best of `repeats` after a warm-up."""
     A, B = torch.randn(m, k), torch.randn(k, n)
-    return 2 * m * k * n / best_time(lambda: A @ B, repeats)
+    return 2 * m * k * n / best(lambda: A @ B, repeats, warmup=True)[1]
 
 
 def flops_per_call(fn) -> int:
@@ -64,14 +46,13 @@ def flops_per_call(fn) -> int:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, raw=True, out=RESULTS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-samples", type=int, default=32, help="samples timed on our batched path")
     ap.add_argument("--n-naive", type=int, default=3, help="samples timed on the naive per-sample path")
     ap.add_argument("--chunk-size", type=int, default=16)
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -92,9 +73,8 @@ def main(argv=None):
     }
     for b in ("L0.attn", "L0.mlp"):
         xs = x[: args.n_naive]
-        t0 = time.perf_counter()
-        ref = jac.naive_jacobians(adapter, b, xs)
-        naive_per_sample = (time.perf_counter() - t0) / len(xs)
+        ref, t = timed(jac.naive_jacobians, adapter, b, xs)
+        naive_per_sample = t / len(xs)
         rows = {}
         for mode in ("rev", "fwd"):
             ours = jac.isolated_jacobians(adapter, b, xs, mode=mode)
@@ -104,7 +84,7 @@ def main(argv=None):
                 for s in range(0, len(x), c):
                     jac.isolated_jacobians(adapter, b, x[s : s + c], mode=mode)
 
-            t = best_time(run, args.repeats)
+            t = best(run, args.repeats, warmup=True)[1]
             per_sample = t / len(x)
             flops = flops_per_call(lambda mode=mode, b=b: jac.isolated_jacobians(adapter, b, x[:c], mode=mode)) / c
             rows[mode] = {
@@ -127,9 +107,8 @@ def main(argv=None):
                 m["fraction_of_gemm_rate"] *= peak / peak_end
         peak = peak_end
     result["gemm_fp32_gflops"] = peak / 1e9
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "jacobians.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = args.out
+    write_json(out / "jacobians.json", result)
     lines = [
         "# Jacobian benchmark (SmolLM2-135M shapes, random init)",
         "",
@@ -148,7 +127,7 @@ def main(argv=None):
                 f"{m['gflops_achieved']:.1f} | {100 * m['fraction_of_gemm_rate']:.0f} % | "
                 f"{m['s_per_boundary_N64']:.1f} | {m['s_per_boundary_N256']:.1f} |"
             )
-    (out / "jacobians.md").write_text("\n".join(lines) + "\n")
+    write_text(out / "jacobians.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

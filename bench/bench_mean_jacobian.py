@@ -26,24 +26,18 @@ start and end (other processes on the machine inflate the times).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
-import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spinning OpenMP threads slow small ops 10-100×
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from harness import RESULTS, best, machine_info, parser, seconds, timed, write_json, write_text  # noqa: E402
+from shapes import SMOLLM2  # noqa: E402
 from torch import nn  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from shapes import SMOLLM2, machine_info  # noqa: E402  (bench/shapes.py)
 
 from layergeom.adapters import get_adapter  # noqa: E402
 from layergeom.adapters import parts as P  # noqa: E402
@@ -52,20 +46,9 @@ from layergeom.spectral import jacobians as jac  # noqa: E402
 from layergeom.spectral import structured as st  # noqa: E402
 
 
-def timed(fn, repeats: int = 1):
-    """(best wall time over `repeats` calls, last result)."""
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
-
-
 def gemm_rate(m: int, k: int, n: int, repeats: int = 5) -> float:
     A, B = torch.randn(m, k), torch.randn(k, n)
-    A @ B
-    return 2 * m * k * n / timed(lambda: A @ B, repeats)[0]
+    return 2 * m * k * n / best(lambda: A @ B, repeats, warmup=True)[1]
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -86,10 +69,10 @@ def smollm2(args, out):
     for b in ("L0.attn", "L0.mlp"):
         sub32, sub64 = ad32.structure(b), ad64.structure(b)
         structured_mean(sub32, x[:16])  # warm-up
-        t_struct, _ = timed(lambda sub=sub32: structured_mean(sub, x), args.repeats)
-        t_struct16, _ = timed(lambda sub=sub32: structured_mean(sub, x, 16), args.repeats)
+        _, t_struct = best(lambda sub=sub32: structured_mean(sub, x), args.repeats)
+        _, t_struct16 = best(lambda sub=sub32: structured_mean(sub, x, 16), args.repeats)
         xs = x[: args.n_naive]
-        t_naive, J = timed(lambda b=b, xs=xs: jac.naive_jacobians(ad32, b, xs))
+        J, t_naive = timed(jac.naive_jacobians, ad32, b, xs)
         naive, ours = J.double().mean(0), structured_mean(sub32, xs)
         exact = structured_mean(sub64, xs.double())  # the same weights and samples in float64
         x64 = xs[: args.n_naive64].double()
@@ -123,9 +106,9 @@ def llama8b(args, out):
     norm = P.Norm("rms", 1e-5, 1 + 0.1 * torch.randn(d, generator=g))
     sub = P.Sublayer((P.Branch(P.MLP(up=lin(m, d), down=lin(d, m), act=nn.SiLU(), gate=lin(m, d)), pre=norm),))
     x = torch.randn(args.n8b, d, generator=g)
-    t, mean = timed(lambda: structured_mean(sub, x))
+    mean, t = timed(structured_mean, sub, x)
     # one more group: the same per-sample work, one more pair of d×d_ff×d products
-    t2, _ = timed(lambda: structured_mean(sub, x, 2))
+    t2 = seconds(structured_mean, sub, x, 2)
 
     mlp = sub.branches[0].core
 
@@ -134,7 +117,7 @@ def llama8b(args, out):
         return mlp.down.weight @ (torch.nn.functional.silu(mlp.gate.weight @ n) * (mlp.up.weight @ n))
 
     xs = x[:2]
-    t_ad, J = timed(lambda: torch.stack([torch.func.jacrev(f)(v) for v in xs]))
+    J, t_ad = timed(lambda: torch.stack([torch.func.jacrev(f)(v) for v in xs]))
     per = st.structured_sums(sub, xs, torch.arange(2), 2)
     out["llama8b_mlp"] = {
         "d": d,
@@ -158,7 +141,7 @@ def scaling(args, out):
         ts = []
         for n in args.ns:
             x = 2.0 * torch.randn(n, d, generator=torch.Generator().manual_seed(n))
-            ts.append(timed(lambda sub=sub, x=x: structured_mean(sub, x), args.repeats)[0])
+            ts.append(best(lambda sub=sub, x=x: structured_mean(sub, x), args.repeats)[1])
         slope, intercept = np.polyfit(args.ns, ts, 1)
         rows[b] = {"N": args.ns, "s": ts, "fit_s_fixed": float(intercept), "fit_s_per_sample": float(slope)}
         print(b, json.dumps(rows[b]), flush=True)
@@ -166,8 +149,7 @@ def scaling(args, out):
 
 
 def write(out, path: Path):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "mean_jacobian.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_json(path / "mean_jacobian.json", out)
     m = out["machine"]
     la0, la1 = m["load_average_at_start"], m["load_average_at_end"]
     lines = [
@@ -236,12 +218,12 @@ def write(out, path: Path):
             "terms pushed through the MLP); a per-sample Jacobian costs d²·d_ff, about d times more.",
             "",
         ]
-    (path / "mean_jacobian.md").write_text("\n".join(lines))
+    write_text(path / "mean_jacobian.md", "\n".join(lines))
     print("\n".join(lines))
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, raw=True, out=RESULTS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n", type=int, default=256, help="samples of the SmolLM2-shaped J̄")
     ap.add_argument("--n-naive", type=int, default=256, help="naive per-sample calls timed (scaled to --n)")
@@ -250,7 +232,6 @@ def main(argv=None):
     ap.add_argument("--ns", type=int, nargs="+", default=[256, 1024, 4096, 16384])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-8b", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = {
@@ -266,7 +247,7 @@ def main(argv=None):
     if not args.skip_8b:
         llama8b(args, out)
     out["machine"]["load_average_at_end"] = os.getloadavg()
-    write(out, Path(args.out))
+    write(out, args.out)
 
 
 if __name__ == "__main__":

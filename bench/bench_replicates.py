@@ -15,21 +15,16 @@ writes bench/results/replicates.json and replicates.md (``--render`` rewrites th
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
-import sys
-import time
 from pathlib import Path
 
+import harness
 import numpy as np
 import scipy.linalg
+from harness import RESULTS, parser, processor, timed, write_json, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests"))
-
+harness.importable("tests")  # tests/linear_reference.py: the replicates before
 import linear_reference as before  # noqa: E402
 
 from layergeom.spectral import linear as after  # noqa: E402
@@ -53,9 +48,9 @@ def interleaved(old, new, deltas) -> tuple[float, float, list, list]:
     t_old, t_new, r_old, r_new = [], [], [], []
     for D in deltas:
         for lin, t, r in ((old, t_old, r_old), (new, t_new, r_new)):
-            t0 = time.perf_counter()
-            r.append(lin.replicate(D))
-            t.append(time.perf_counter() - t0)
+            rep, s = timed(lin.replicate, D)
+            r.append(rep)
+            t.append(float(s))
     return float(np.median(t_old)), float(np.median(t_new)), r_old, r_new
 
 
@@ -78,22 +73,21 @@ def render(res: dict, out: Path) -> None:
                      f"{c['loadavg']:.1f} |")  # fmt: skip
     lines += ["", "near-normal (Henrici < 0.1): each replicate also computes the exact eigenvalues of J̄ + Δ_k "
               "(numpy's eigvals; scipy's with no checks and no copy for comparison)."]  # fmt: skip
-    out.write_text("\n".join(lines) + "\n")
+    write_text(out, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(out=RESULTS / "replicates.json")
     ap.add_argument("--d", type=int, nargs="+", default=[1024, 2048])
     ap.add_argument("--K", type=int, default=4, help="replicates timed per case (a table has K = n_groups)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "replicates.json"))
     ap.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = args.out
     if args.render:
         return render(json.loads(out.read_text()), out.with_suffix(".md"))
     rng = np.random.default_rng(0)
-    res = {"machine": platform.processor() or platform.machine(),
+    res = {"machine": processor(),
            "threads": os.environ.get("OPENBLAS_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "unset")),
            "K_timed": args.K, "cases": []}  # fmt: skip
     for d in args.d:
@@ -108,18 +102,16 @@ def main():
                     "before_s": t_old, "after_s": t_new, "ratio": t_old / t_new, "max_rel_diff": worst}  # fmt: skip
             if kind == "near-normal":
                 J1 = J + deltas[0].astype(np.float64)
-                t0 = time.perf_counter()
-                e_np = np.linalg.eigvals(J1)
-                case["eigvals_numpy_s"] = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                e_sp = scipy.linalg.eigvals(J1.copy(), overwrite_a=True, check_finite=False)
-                case["eigvals_scipy_s"] = time.perf_counter() - t0
+                e_np, case["eigvals_numpy_s"] = timed(np.linalg.eigvals, J1)
+                e_sp, case["eigvals_scipy_s"] = timed(
+                    lambda: scipy.linalg.eigvals(J1.copy(), overwrite_a=True, check_finite=False)  # noqa: B023
+                )
                 s_np, s_sp = float(np.sum(np.abs(e_np) ** 2)), float(np.sum(np.abs(e_sp) ** 2))
                 case["sum_abs2_rel_diff"] = abs(s_np - s_sp) / s_np
             case["loadavg"] = os.getloadavg()[0]
             res["cases"].append(case)
             print(json.dumps(case), flush=True)
-    out.write_text(json.dumps(res, indent=1) + "\n")
+    write_json(out, res, indent=1)
     render(res, out.with_suffix(".md"))
 
 

@@ -11,21 +11,13 @@ bytes / d² is constant in d (checked by running two widths); the table extrapol
 
 from __future__ import annotations
 
-import json
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from harness import RESULTS, default_seed, machine_info, save_boundary, schema_defaults, timed, write_json, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
-
-from shapes import machine_info  # noqa: E402
-
-from layergeom import config as lgconfig  # noqa: E402
-from layergeom.resume import snapshots  # noqa: E402
+from layergeom.resume import snapshots
 from layergeom.spectral import pipeline  # noqa: E402
 
 WIDTHS = (128, 256)
@@ -50,17 +42,8 @@ def boundary_files(folder: Path, d: int, seed: int = 0) -> pipeline.BoundaryFile
     for n in names:
         M = g.standard_normal((d, d)) / np.sqrt(d)
         groups = (M[None] + 0.05 * g.standard_normal((G, d, d))).astype(np.float32)
-        np.save(folder / f"{n}.npy", np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1))
-        np.save(folder / f"{n}.groups.npy", groups)
-        (folder / f"{n}.json").write_text(json.dumps({"n_samples": int(counts.sum()), "group_counts": counts.tolist()}))
+        save_boundary(folder, n, np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1), groups, counts)
     return pipeline.BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
-
-
-def spectra_defaults() -> dict:
-    """The ``spectra`` settings at their defaults (config/schema/spectra.schema.yaml) and the workflow's seed."""
-    props = lgconfig.load_schema("spectra")["properties"]
-    out = {k: v["default"] for k, v in props.items() if "default" in v}
-    return out | {"seed": lgconfig.load_schema("config")["properties"]["seed"]["default"]}
 
 
 def measure(d: int) -> dict:
@@ -68,11 +51,10 @@ def measure(d: int) -> dict:
     real = snapshots.Snapshots.save
 
     def save(self, done, state, force=False):
-        t0 = time.perf_counter()
-        saved = real(self, done, state, force)
+        saved, t = timed(real, self, done, state, force)
         s = stats.setdefault(self.name, {"bytes": 0, "save_s": 0.0, "saves": 0})
         s["bytes"] = max(s["bytes"], self.path.stat().st_size)
-        s["save_s"] += time.perf_counter() - t0
+        s["save_s"] += float(t)
         s["saves"] += saved
         return saved
 
@@ -81,7 +63,7 @@ def measure(d: int) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             files = boundary_files(tmp, d)
-            c = spectra_defaults()
+            c = schema_defaults("spectra") | {"seed": default_seed()}
             kw = {k: c[k] for k in ("dtype", "rank_tol", "ci_level")}
             pipeline.write_spectra(files, tmp / "spectra.tsv", tmp / "eig.tsv", sr_k=c["sr_k"], ci_method=c["ci_method"],
                                    ci_blocks=c["ci_blocks"], snapshot_s=0, **kw)  # fmt: skip
@@ -105,7 +87,7 @@ def main() -> None:
         for job, s in measure(d).items():
             rows.append({"d": d, "job": job, "max_bytes": s["bytes"], "bytes_per_d2": s["bytes"] / d**2,
                          "saves": s["saves"], "save_s_per_snapshot": s["save_s"] / max(s["saves"], 1)})  # fmt: skip
-    out = ROOT / "bench" / "results"
+    out = RESULTS
     meta = machine_info(threads=1)
     lines = [
         "# Snapshots of the resumable table jobs (bench/bench_snapshots.py)",
@@ -124,8 +106,8 @@ def main() -> None:
                      f"{r['save_s_per_snapshot']:.3f} | {r['papers_gb']:.3g} |")  # fmt: skip
     lines += ["", "spectra keeps the rows and eigenvalues done: d numbers per boundary, not d²; its last column is "
               f"bytes / (d × boundaries) × {PAPERS_D} × {PAPERS_BOUNDARIES} boundaries."]  # fmt: skip
-    (out / "snapshots.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    (out / "snapshots.md").write_text("\n".join(lines) + "\n")
+    write_json(out / "snapshots.json", {"meta": meta, "rows": rows})
+    write_text(out / "snapshots.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

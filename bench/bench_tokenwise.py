@@ -20,21 +20,15 @@ Writes bench/results/tokenwise.json and .md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
-import sys
-import time
-from pathlib import Path
 
+import harness
 import numpy as np
 import torch
+from harness import RESULTS, Clock, machine, parser, write_json, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests"))
-
+harness.importable("tests")  # the per-anchor references of tests/test_tokenwise_fits.py
 from test_tokenwise_fits import ref_diag, ref_lowrank, ref_orthogonal  # noqa: E402
 
 from layergeom import config as lgconfig  # noqa: E402
@@ -48,17 +42,6 @@ SMOLLM2 = dict(
     vocab_size=49152, hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
     max_position_embeddings=2048, tie_word_embeddings=True, rms_norm_eps=1e-5, rope_theta=100000.0,
 )  # fmt: skip
-
-
-class Clock:
-    """Wall and process (CPU) time of a block: on a shared machine CPU time is the steadier number."""
-
-    def __enter__(self):
-        self.w, self.c = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc):
-        self.wall, self.cpu = time.perf_counter() - self.w, time.process_time() - self.c
 
 
 def gemm_rate(dtype, n=2048, reps=5) -> float:
@@ -189,7 +172,7 @@ def bench_kl(adapter, windows, n_fast_windows, n_slow, seed=0) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser()
     ap.add_argument("--layers", type=int, default=30, help="blocks of the SmolLM2-shaped random model")
     ap.add_argument("--windows", type=int, default=64)
     ap.add_argument("--loop-anchors", type=int, default=24)
@@ -201,10 +184,7 @@ def main():
     torch.manual_seed(0)
     res = {
         "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__,
+            **machine(cpu="processor", cores="cpus", torch_threads="torch_threads", torch="torch"),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
             "load_average_at_start": os.getloadavg(),
             "gemm_fp32_gflops": gemm_rate(torch.float32),
@@ -246,10 +226,8 @@ def main():
         + res["fits"]["global_fit_s"],
     }
     res["machine"]["load_average_at_end"] = os.getloadavg()
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tokenwise.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / "tokenwise.md").write_text(markdown(res))
+    write_json(RESULTS / "tokenwise.json", res)
+    write_text(RESULTS / "tokenwise.md", markdown(res))
     print(markdown(res))
 
 

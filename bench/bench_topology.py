@@ -12,29 +12,22 @@ Writes bench/results/topology.json and .md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from harness import RESULTS, machine, parser, seconds, timed, write_json, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from layergeom import config as lgconfig  # noqa: E402
-from layergeom.topology.communities import participation, signed_leiden  # noqa: E402
-from layergeom.topology.coupling import (  # noqa: E402
+from layergeom import config as lgconfig
+from layergeom.topology.communities import participation, signed_leiden
+from layergeom.topology.coupling import (
     AMPLIFICATIONS,
     amplification,
     permutation_count,
     spearman_permutation,
 )
-from layergeom.topology.graphs import streamed_correlation, topk_graph  # noqa: E402
+from layergeom.topology.graphs import streamed_correlation, topk_graph
 
 #: boundaries of an 8B checkpoint (Llama-3.1-8B, OLMo-3-7B: 32 blocks x attn, mlp): the default permutation count
 PAPERS_BOUNDARIES = 64
@@ -60,12 +53,6 @@ def synthetic_states(path: Path, n: int, d: int, seed: int = 0, chunk: int = 204
     return np.load(path, mmap_mode="r")
 
 
-def timed(fn, *args, **kwargs):
-    t = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t
-
-
 def bench(d: int, tokens: int, cfg: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         states = synthetic_states(Path(tmp) / "s.npy", tokens, d)
@@ -80,10 +67,12 @@ def bench(d: int, tokens: int, cfg: dict) -> dict:
     t["graph_job_s"] = sum(t.values())
     rng = np.random.default_rng(1)
     J = rng.normal(size=(d, d)) / np.sqrt(d)  # a stand-in J̄_b
-    t0 = time.perf_counter()
-    for vi, v in enumerate(AMPLIFICATIONS):
-        spearman_permutation(p, amplification(J, v), n_permutations(cfg), np.random.default_rng([0, vi]))
-    t["coupling_permutations_s"] = time.perf_counter() - t0  # the coupling job's work per boundary (its
+
+    def coupling():
+        for vi, v in enumerate(AMPLIFICATIONS):
+            spearman_permutation(p, amplification(J, v), n_permutations(cfg), np.random.default_rng([0, vi]))
+
+    t["coupling_permutations_s"] = seconds(coupling)  # the coupling job's work per boundary (its
     # Henrici departures come from the spectra table, computed there from the eigendecomposition)
     info = {"d": d, "tokens": tokens, "edges_pos": int(graph.positive.sum()), "edges_neg": int(graph.negative.sum()),
             "communities": comm.n_communities}  # fmt: skip
@@ -91,34 +80,32 @@ def bench(d: int, tokens: int, cfg: dict) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser()
     ap.add_argument("--dims", type=int, nargs="+", default=[576, 4096])
     ap.add_argument("--tokens", type=int, default=8192)
     args = ap.parse_args()
     cfg = lgconfig.validate({"models": {"m": {"source": "config", "family": "llama", "hf_config": {},
                                               "checkpoints": {"init": None}}}})["topology"]  # fmt: skip
-    t0 = time.perf_counter()
-    import igraph  # noqa: F401
-    import leidenalg  # noqa: F401
 
-    imports = time.perf_counter() - t0
+    def graph_libraries():  # their import time, which each graph job pays
+        import igraph  # noqa: F401
+        import leidenalg  # noqa: F401
+
+    imports = seconds(graph_libraries)
     rows = [bench(d, args.tokens, cfg) | {"load_avg_1min_after": round(os.getloadavg()[0], 2)} for d in args.dims]
-    machine = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-               "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}  # fmt: skip
-    out = {"machine": machine, "config": cfg, "graph_library_imports_s": round(imports, 3), "results": rows}
-    res = ROOT / "bench" / "results"
-    res.mkdir(parents=True, exist_ok=True)
-    (res / "topology.json").write_text(json.dumps(out, indent=2) + "\n")
+    mach = machine("platform", "processor", "cpus", "python", "numpy")
+    out = {"machine": mach, "config": cfg, "graph_library_imports_s": round(imports, 3), "results": rows}
+    write_json(RESULTS / "topology.json", out)
     cols = ["d", "tokens", "edges_pos", "edges_neg", "communities", "correlation_s", "topk_s", "leiden_s",
             "participation_s", "graph_job_s", "coupling_permutations_s", "load_avg_1min_after"]  # fmt: skip
-    md = [f"# Topology stage benchmark\n\nMachine: {machine['cpus']} CPUs, {machine['platform']}, numpy "
-          f"{machine['numpy']}. Defaults: top_k={cfg['top_k']}, γ={cfg['resolution']}, "
+    md = [f"# Topology stage benchmark\n\nMachine: {mach['cpus']} CPUs, {mach['platform']}, numpy "
+          f"{mach['numpy']}. Defaults: top_k={cfg['top_k']}, γ={cfg['resolution']}, "
           f"n_permutations={n_permutations(cfg)} (the default for {PAPERS_BOUNDARIES} boundaries at q={cfg['fdr_q']}, "
           f"every permutation run: no early stop), chunk_tokens={cfg['chunk_tokens']}. The machine is shared: "
           "a 1-min load average above the CPU count means the times are inflated by contention.\n",
           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
     md += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    (res / "topology.md").write_text("\n".join(md) + "\n")
+    write_text(RESULTS / "topology.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -13,20 +13,15 @@ for convergence.tsv, ``--stage schur`` for schur.tsv (one job, ``write_schur``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
+from harness import ROOT, parser
+from table_agreement import compare
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from table_agreement import compare  # noqa: E402
-
-from layergeom import config as lgconfig  # noqa: E402
+from layergeom import config as lgconfig
 from layergeom.spectral.pipeline import BoundaryFiles, write_convergence, write_cumulative, write_schur  # noqa: E402
 
 
@@ -54,7 +49,7 @@ def recompute(stage: str, folder: Path, cfg: dict, out: Path, device: str, seed:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="a finished run's directory (holding results/)")
     ap.add_argument("--config", type=Path, default=ROOT / "config" / "test.yaml")
     ap.add_argument("--stage", choices=("cumulative", "convergence", "schur"), default="cumulative")

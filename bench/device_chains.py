@@ -11,14 +11,12 @@ On the CPU both use --threads threads (torch: MKL; numpy: its OpenBLAS, set befo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
-import time
-from pathlib import Path
 
-ARGS = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+from harness import Clock, parser
+
+ARGS = parser(__doc__.splitlines()[0])
 ARGS.add_argument("--device", default="cpu")
 ARGS.add_argument("--d", type=int, default=1024)
 ARGS.add_argument("--K", type=int, default=16, help="replicates (tangents) per chain")
@@ -32,8 +30,6 @@ if __name__ == "__main__":
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from layergeom.linalg import svd, svdvals  # noqa: E402
 from layergeom.spectral.cumulative import VARIANTS, ProductChain, step_operator, tangent_floor  # noqa: E402
@@ -76,25 +72,19 @@ def boundaries(d, K, n, seed=0):
         yield J, (1e-2 * g.standard_normal((K, d, d)) / np.sqrt(d)).astype(np.float32)
 
 
-def sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def run(makers: dict, steps, device):
     """Both ways boundary by boundary, alternating (a machine's load hits both alike): name -> (best seconds
     over the timed boundaries, their results)."""
     chains = {name: {v: make() for v in VARIANTS} for name, make in makers.items()}
     times = {name: [] for name in makers}
     out = {name: [] for name in makers}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
     for i, (J, D) in enumerate(steps):
         for name, ch in chains.items():
-            sync(device)
-            t0 = time.perf_counter()
-            res = [ch[v].step(step_operator(J, v), D) for v in VARIANTS]
-            sync(device)
+            with Clock(sync) as c:
+                res = [ch[v].step(step_operator(J, v), D) for v in VARIANTS]
             if i:  # the first boundary only copies J̄ into C
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(c.wall)
                 out[name].append(res)
     return {name: (min(times[name]), out[name]) for name in makers}
 

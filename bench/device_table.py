@@ -13,40 +13,29 @@ the fair comparison).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from harness import ROOT, parser, timed
 
 BASELINE = "9a0fed5"  # the last commit whose spectra.py/linear.py computed in numpy
 
 
-def timed(fn, sync=lambda: None):
-    """(result, wall seconds, this process's CPU seconds)."""
-    t, c = time.perf_counter(), time.process_time()
-    out = fn()
-    sync()
-    return out, time.perf_counter() - t, time.process_time() - c
-
-
 def run(spectra, linear, J, deltas, tol, **kw):
     """Wall and CPU seconds of decompose and of the replicates of one boundary with these modules."""
-    sync = kw.pop("sync", lambda: None)
-    dec, w_dec, c_dec = timed(lambda: spectra.decompose(J, **kw), sync)
-    _, w_rep, c_rep = timed(
-        lambda: linear.metric_replicates(J, deltas, tol=tol, sr_k=64, method="linear", dec=dec, **kw), sync
+    sync = kw.pop("sync", None)
+    dec, t_dec = timed(lambda: spectra.decompose(J, **kw), sync=sync)
+    _, t_rep = timed(
+        lambda: linear.metric_replicates(J, deltas, tol=tol, sr_k=64, method="linear", dec=dec, **kw), sync=sync
     )
-    return {"decompose": round(w_dec, 3), "replicates": round(w_rep, 3), "total": round(w_dec + w_rep, 3),
-            "cpu_decompose": round(c_dec, 3), "cpu_replicates": round(c_rep, 3), "cpu_total": round(c_dec + c_rep, 3)}  # fmt: skip
+    total = t_dec + t_rep
+    return {"decompose": round(t_dec, 3), "replicates": round(t_rep, 3), "total": round(total, 3),
+            "cpu_decompose": round(t_dec.cpu, 3), "cpu_replicates": round(t_rep.cpu, 3), "cpu_total": round(total.cpu, 3)}  # fmt: skip
 
 
 def baseline_modules(rev: str, tmp: Path):
@@ -73,7 +62,7 @@ print(json.dumps(run(spectra, linear, J, deltas, spectra.rank_tolerance(d, "floa
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--d", type=int, default=1024)
     ap.add_argument("--K", type=int, default=16)
@@ -90,7 +79,7 @@ def main():
     J = rng.standard_normal((d, d)) / np.sqrt(d)
     deltas = (0.01 * rng.standard_normal((args.K, d, d)) / np.sqrt(d)).astype(np.float32)
     tol = spectra.rank_tolerance(d, "float32", None)
-    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else None
     out = {"stage": "spectra_table", "device": args.device, "d": d, "K": args.K,
            "torch_threads": torch.get_num_threads()}  # fmt: skip
     out["torch_s"] = run(spectra, linear, J, deltas, tol, device=args.device, sync=sync)

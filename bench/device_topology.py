@@ -10,23 +10,17 @@ prints one JSON line: the seconds of both, the speed-up and the largest |r| diff
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from bench_topology import synthetic_states
+from harness import parser, timed
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
-
-from bench_topology import synthetic_states  # noqa: E402
-
-from layergeom.topology.graphs import streamed_correlation  # noqa: E402
+from layergeom.topology.graphs import streamed_correlation
 
 
 def numpy_correlation(states, chunk: int) -> np.ndarray:
@@ -49,16 +43,8 @@ def numpy_correlation(states, chunk: int) -> np.ndarray:
     return corr
 
 
-def timed(fn, *args, sync=None, **kw):
-    t = time.perf_counter()
-    out = fn(*args, **kw)
-    if sync:
-        sync()
-    return out, time.perf_counter() - t
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--d", type=int, default=1024)
     ap.add_argument("--tokens", type=int, default=16384)

@@ -11,11 +11,12 @@ the differences themselves are reported, not judged: the tolerance of a dtype is
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import sys
 from pathlib import Path
+
+from harness import parser
 
 
 def read(path: Path) -> tuple[list[str], list[dict]]:
@@ -55,7 +56,7 @@ def compare(a: Path, b: Path) -> tuple[list[tuple[str, int, float, float]], str 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__.split("\n")[0])
     ap.add_argument("run_a", type=Path)
     ap.add_argument("run_b", type=Path)
     ap.add_argument("--labels", nargs=2, default=["A", "B"])

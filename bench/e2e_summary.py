@@ -10,7 +10,6 @@ shorter than its ~1 s sampling interval); those count as missing, not as zero.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import os
@@ -19,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import RESULTS, parser, write_text
 
 
 @dataclass
@@ -103,9 +102,8 @@ def to_markdown(stats: dict[str, RuleStats], title: str, run_dir: Path, wall: fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__.split("\n")[0], out=RESULTS / "e2e.md")
     ap.add_argument("run_dir", nargs="?", default=".", type=Path, help="the run's working directory")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "e2e.md")
     ap.add_argument("--title", default="End-to-end run: time and memory per rule")
     ap.add_argument("--wall", type=float, default=None, help="the run's measured wall-clock seconds, if known")
     args = ap.parse_args(argv)
@@ -114,10 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not stats:
         raise SystemExit(f"no benchmark files under {run_dir / 'benchmarks'}")
     md = to_markdown(stats, args.title, run_dir, args.wall)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(md)
-    os.replace(tmp, args.out)
+    write_text(args.out, md, atomic=True)
     sys.stdout.write(md)
     return 0
 

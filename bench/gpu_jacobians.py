@@ -17,19 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
+from harness import RESULTS, best, parser, seconds, write_json
 from torch.utils.flop_counter import FlopCounterMode
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from layergeom.adapters import get_adapter  # noqa: E402
-from layergeom.models import build_random  # noqa: E402
-from layergeom.spectral import jacobians as jac  # noqa: E402
+from layergeom.adapters import get_adapter
+from layergeom.models import build_random
+from layergeom.spectral import jacobians as jac
 
 START = time.perf_counter()
 
@@ -39,33 +36,23 @@ def elapsed() -> float:
 
 
 def sync(device):
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def timed(fn, device) -> float:
-    sync(device)
-    t = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t
+    """The device's synchronisation (None on the CPU), for the timers."""
+    return torch.cuda.synchronize if str(device).startswith("cuda") else None
 
 
 def gemm_rate(m, k, n, device, repeats=5) -> float:
     A, B = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
-    timed(lambda: A @ B, device)
-    return 2 * m * k * n / min(timed(lambda: A @ B, device) for _ in range(repeats))
+    return 2 * m * k * n / best(lambda: A @ B, repeats, warmup=True, sync=sync(device))[1]
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, raw=True, out=os.environ.get("OUT", RESULTS))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--d", type=int, default=4096, help="model width (d_ff = 3.5 d, head_dim 128 or d/8)")
     ap.add_argument("--n-samples", type=int, default=64)
     ap.add_argument("--chunks", default="4,8,16", help="chunk sizes to try (samples per vmapped batch)")
     ap.add_argument("--budget-s", type=float, default=270.0, help="stop starting new stages after this")
     ap.add_argument("--naive", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "results")))
     args = ap.parse_args(argv)
 
     device = args.device
@@ -109,11 +96,11 @@ def main(argv=None):
                 J = jac.isolated_jacobians(adapter, b, x[:c], mode="rev")
             flops = fc.get_total_flops() / c
             try:
-                t = timed(
+                t = seconds(
                     lambda c=c, b=b: jac.mean_jacobian(
                         adapter, b, x, chunk_size=c, mode="rev", spectral_norm=False, dtype=torch.float32
                     ),
-                    device,
+                    sync=sync(device),
                 )
             except torch.OutOfMemoryError:
                 out["chunks"][c] = "out of memory"
@@ -132,7 +119,7 @@ def main(argv=None):
             print(f"[{elapsed():.0f}s] {b} chunk {c}: {json.dumps(out['chunks'][c])}", flush=True)
         if args.naive and elapsed() < args.budget_s:
             xs = x[:1]
-            t = timed(lambda b=b, xs=xs: jac.naive_jacobians(adapter, b, xs), device)
+            t = seconds(jac.naive_jacobians, adapter, b, xs, sync=sync(device))
             ref = jac.naive_jacobians(adapter, b, xs)
             J = jac.isolated_jacobians(adapter, b, xs, mode="rev")
             out["naive_s_per_sample"] = t
@@ -142,9 +129,7 @@ def main(argv=None):
             print(f"[{elapsed():.0f}s] {b} naive {t:.2f} s/sample, diff {out['max_rel_diff_vs_naive']:.1e}", flush=True)
         res["boundaries"][b] = out
     res["wall_s"] = elapsed()
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    path = Path(args.out) / "gpu_jacobians.json"
-    path.write_text(json.dumps(res, indent=2) + "\n")
+    path = write_json(Path(args.out) / "gpu_jacobians.json", res)
     print(json.dumps(res, indent=2))
     print(f"wrote {path}")
 

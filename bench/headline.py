@@ -34,19 +34,16 @@ offline (opt-in)"); tests/test_docs.py checks that each heading is there with it
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+import numpy as np
+import pandas as pd
+from harness import parser
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from layergeom.io import read_tsv_if_exists  # noqa: E402
+from layergeom.io import read_tsv_if_exists
 
 HEADING = "What the embedded model shows"
 KIND_NAME = {"attn": "attention", "mlp": "MLP", "pli": "per-layer input", "block": "block"}
@@ -384,7 +381,7 @@ def tables(results: Path, model: str, heading: str, claims_tsv: Path | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__.split("\n")[0])
     ap.add_argument("results", type=Path, help="the run's results/ folder (or its working directory)")
     ap.add_argument("--model", default=None, help="the model (default: the only one in the results)")
     ap.add_argument("--claims", action="store_true", help="print the claims table (from claims.tsv) instead")

@@ -22,15 +22,13 @@ that cannot be dropped), and both in units of the weights' size in the target dt
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import RESULTS, ROOT, machine, parser, write_json, write_text
 
 CHILD = r"""
 import json, sys, time
@@ -132,12 +130,11 @@ def make_local(work: Path, layers: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, raw=True, out=RESULTS / "materialize_memory", out_help="the results' path without .json/.md")
     ap.add_argument("--cases", nargs="+", default=["local", "init", "smollm2", "gemma3"])
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     ap.add_argument("--downloads", default="resources/downloads")
     ap.add_argument("--local-layers", type=int, default=24)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "materialize_memory"))
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="lg-mem-") as tmp:
@@ -147,8 +144,8 @@ def main() -> None:
         for case in args.cases:
             for dt in args.dtypes:
                 rows.append(run_case(case, dt, work, Path(args.downloads).resolve(), args.local_layers))
-    meta = {"machine": platform.platform(), "python": platform.python_version(), "local_layers": args.local_layers}
-    Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    meta = machine(machine="platform", python="python") | {"local_layers": args.local_layers}
+    write_json(f"{args.out}.json", {"meta": meta, "rows": rows})
     lines = [
         "# Peak host memory of materialize (bench/materialize_memory.py)",
         "",
@@ -169,7 +166,7 @@ def main() -> None:
             f"{r['extra_mb']:.0f} | {r['extra_per_size']:.2f} | {r['anon_mb']:.0f} | {r['anon_per_size']:.2f} "
             f"| {r['seconds']:.1f} |"
         )
-    Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    write_text(f"{args.out}.md", "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

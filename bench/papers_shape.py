@@ -26,7 +26,6 @@ its `mem_mb`. Jobs without a request (local rules, or one not in the logs) are l
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -38,23 +37,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import RESULTS, parser, status_kb, write_text
+
 #: a job's script as Snakemake runs it: `.snakemake/scripts/tmpXXXXXXXX.<script>.py`
 SCRIPT = re.compile(r"\.snakemake/scripts/tmp[^/.]+\.([A-Za-z0-9_]+)\.py$")
 
 
 # ---- the monitor: each job process's peak RSS ------------------------------------------------------------------
-def _status_kb(pid: int, key: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def _job_processes(run_dir: Path) -> dict[int, dict]:
     """The live processes running a job script of `run_dir`: pid -> script name, start time (epoch s), cmdline."""
     out = {}
@@ -92,7 +81,7 @@ def monitor(run_dir: Path, interval: float = 2.0, once: bool = False) -> None:
         for pid, p in live.items():
             rec = seen.setdefault((pid, p["start"]), {"pid": pid, **p, "hwm_mib": 0.0, "anon_mib": 0.0})
             for key, field in (("VmHWM", "hwm_mib"), ("RssAnon", "anon_mib")):
-                kb = _status_kb(pid, key)
+                kb = status_kb(pid, key)
                 if kb is not None:
                     rec[field] = max(rec[field], kb / 1024)
             rec["last_seen"] = now
@@ -257,23 +246,20 @@ def report(run_dir: Path, out: Path) -> int:
     peaks = read_peaks(run_dir)
     attach(jobs, read_requests(run_dir), peaks)
     md = to_markdown(jobs, run_dir, len(peaks))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(md)
-    os.replace(tmp, out)
+    write_text(out, md, atomic=True)
     sys.stdout.write(md)
     return 1 if any(j.over for j in jobs) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("monitor", help="record each job process's peak RSS into <run>/peaks.jsonl (until killed)")
     m.add_argument("run_dir", type=Path)
     m.add_argument("--interval", type=float, default=2.0)
     r = sub.add_parser("report", help="write the table; exit status 1 when a job exceeds its request")
     r.add_argument("run_dir", type=Path)
-    r.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "papers_shape.md")
+    r.add_argument("--out", type=Path, default=RESULTS / "papers_shape.md")
     args = ap.parse_args(argv)
     if args.cmd == "monitor":
         monitor(args.run_dir, args.interval)

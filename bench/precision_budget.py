@@ -29,22 +29,19 @@ products in single precision) is there to show that the check fails a worse meth
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from harness import RESULTS as RESULTS_DIR
+from harness import ROOT, machine, parser, save_boundary, timed, write_json, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from layergeom import config as lgconfig  # noqa: E402
-from layergeom.names import boundaries_for  # noqa: E402
+from layergeom import config as lgconfig
+from layergeom.names import boundaries_for
 
 #: the tables a method can change, and their row keys
 TABLES = {  # in the order they are computed (schur.tsv's α = 1 rows are cumulative.tsv's)
@@ -63,7 +60,7 @@ INTERVALS = {"erank": ("erank_ci_low", "erank_ci_high", "log"), "value": ("ci_lo
 #: fraction of an interval's half-width a row may move
 BUDGET_Y, BUDGET_FLOOR, BUDGET_HALF = 0.1, 1e-12, 0.01
 DRAWS = 3
-RESULTS = ROOT / "bench" / "results" / "precision_budget.json"
+RESULTS = RESULTS_DIR / "precision_budget.json"
 DOC = ROOT / "docs" / "precision.md"
 BEGIN, END = "<!-- precision-budget:begin -->", "<!-- precision-budget:end -->"
 
@@ -344,10 +341,8 @@ def synthetic_set(work: Path, d: int = 4096, n_layers: int = 2, rank: int = 1024
                 M = Q @ T @ Q.T
                 groups = np.stack([M + 0.02 * g.standard_normal((d, d)) / np.sqrt(d) for _ in range(G)])
             groups = groups.astype(np.float32)
-            np.save(folder / f"{n}.npy", np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1))
-            np.save(folder / f"{n}.groups.npy", groups)
-            (folder / f"{n}.json").write_text(json.dumps({"boundary": n, "n_samples": int(counts.sum()),
-                                                          "group_counts": counts.tolist()}))  # fmt: skip
+            mean = np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1)
+            save_boundary(folder, n, mean, groups, counts, boundary=n)
             del groups
         (folder / ".done").write_text("ok\n")
     s, seed = config_spectra(ROOT / "config" / "papers.yaml", "llama-3.1-8b")
@@ -367,26 +362,22 @@ def evaluate(name: str, folder: Path, names: list[str], cfg: dict, seed: int, wo
     """The budget of `methods` on one reference set (tables kept under work/name)."""
     base = work / name
     times = {}
-    t0 = time.perf_counter()
-    with method("reference"):
-        ref = compute_tables(folder, names, cfg, seed, base / "reference", tables)
-    times["reference"] = time.perf_counter() - t0
+
+    def tables_by(how: str, jac: Path, into: Path) -> dict:  # the tables computed by a method, timed
+        with method(how):
+            got, times[into.name] = timed(compute_tables, jac, names, cfg, seed, into, tables)
+        return got
+
+    ref = tables_by("reference", folder, base / "reference")
     draws = []
     for k in range(DRAWS):
         jac = perturbed_folder(folder, names, base / f"float32-{k}" / "jac", k)
-        t0 = time.perf_counter()
-        with method("reference"):
-            draws.append(compute_tables(jac, names, cfg, seed, base / f"float32-{k}", tables))
-        times[f"float32-{k}"] = time.perf_counter() - t0
+        draws.append(tables_by("reference", jac, base / f"float32-{k}"))
     out = {"boundaries": len(names), "d": int(np.load(folder / f"{names[0]}.npy", mmap_mode="r").shape[0]),
            "settings": {k: cfg[k] for k in ("alphas", "schur_orders", "schur_order_alphas", "schur_ci_blocks",
                                              "ci_blocks", "convergence_sizes")}, "methods": {}}  # fmt: skip
     for m in methods:
-        t0 = time.perf_counter()
-        with method(m):
-            got = compute_tables(folder, names, cfg, seed, base / m, tables)
-        times[m] = time.perf_counter() - t0
-        out["methods"][m] = budget(ref, got, draws)
+        out["methods"][m] = budget(ref, tables_by(m, folder, base / m), draws)
     out["seconds"] = times
     return out
 
@@ -438,11 +429,11 @@ def write_doc(text: str) -> None:
         doc = doc[: doc.index(BEGIN)] + text + doc[doc.index(END) + len(END) :]
     else:
         doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(doc)
+    write_text(DOC, doc)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run")
     run.add_argument("--sets", nargs="+", default=["smollm2-trained", "smollm2-init", "gemma3-trained", "gemma3-init",
@@ -479,8 +470,8 @@ def main():
             res["henrici_mlp"] = hen
         results["sets"][label] = res
         results["date"] = time.strftime("%Y-%m-%d")
-        results["machine"] = {"cpus": os.cpu_count(), "numpy": np.__version__}
-        RESULTS.write_text(json.dumps(results, indent=1, default=float) + "\n")
+        results["machine"] = machine("cpus", "numpy")
+        write_json(RESULTS, results, indent=1, default=float)
         print(f"{label}: {'passes' if passes(res['methods']['shipped']) else 'FAILS'} ({res['seconds']})", flush=True)
     write_doc(render(results))
 

@@ -28,10 +28,8 @@ bench/resources_rates.py: a job with more runs faster than its runtime says.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -39,11 +37,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from harness import RESULTS, ROOT, machine, parser, status_kb, write_json
 
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-RESULT = ROOT / "bench" / "results" / "resources_model_rates.json"
+RESULT = RESULTS / "resources_model_rates.json"
 PAPERS_SHAPE = ROOT / "bench" / "configs" / "papers_shape.yaml"
 T = 128  # tokens per window
 VOCAB = 8192
@@ -77,13 +74,6 @@ def sections(cfg_model: dict | None = None, extra: dict | None = None) -> dict:
 
 
 # ---- the job processes --------------------------------------------------------------------------------------
-def _status_kb(pid: int | str, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
-
-
 def child(job: str, folder: str) -> None:
     """One job in this process (one thread): prints {"base_mb", "base_anon_mb", "seconds"} as its last line."""
     import numpy as np  # noqa: F401
@@ -97,7 +87,7 @@ def child(job: str, folder: str) -> None:
     from layergeom.tokenwise.pipeline import write_fits, write_kl  # noqa: F401
 
     torch.set_num_threads(1)
-    base, base_anon = _status_kb("self", "VmRSS") / 1024, _status_kb("self", "RssAnon") / 1024  # MiB
+    base, base_anon = status_kb("self", "VmRSS") / 1024, status_kb("self", "RssAnon") / 1024  # MiB
     t = time.perf_counter()
     run_job(job, Path(folder))
     print(json.dumps({"base_mb": base, "base_anon_mb": base_anon, "seconds": time.perf_counter() - t}))
@@ -171,10 +161,10 @@ def child_sequence(folder: str, d: int, n_windows: int) -> None:
     out = []
     for job in ("activations", "tokenwise_fit_L0", "tokenwise_fit_L1", "tokenwise_kl", "jacobians"):
         _reset_peak()
-        before = _status_kb("self", "VmRSS") / 1024
+        before = status_kb("self", "VmRSS") / 1024
         run_job(job, f)
         out.append({"job": job.rsplit("_L", 1)[0], "d": d, "n_windows": n_windows, "before_mb": before,
-                    "peak_mb": _status_kb("self", "VmHWM") / 1024})  # fmt: skip
+                    "peak_mb": status_kb("self", "VmHWM") / 1024})  # fmt: skip
     print(json.dumps(out))
 
 
@@ -188,10 +178,7 @@ def run_child(job: str, folder: Path) -> dict:
 
     def sample():
         while not stop.is_set():
-            try:
-                anon[0] = max(anon[0], _status_kb(p.pid, "RssAnon"))
-            except (OSError, ValueError):
-                pass
+            anon[0] = max(anon[0], status_kb(p.pid, "RssAnon") or 0)  # 0 once the process is gone
             stop.wait(0.05)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -322,17 +309,13 @@ def compare(run: Path, configfile: Path) -> list[dict]:
     CPU seconds and peak RSS (the larger of Snakemake's sampled max_rss and the papers-shape monitor's VmHWM, MiB;
     bench/papers_shape.py), and its mem_mb and runtime from layergeom.resources with the run's config, the
     materialised checkpoint's config.json and safetensors header (and the expected seconds without SAFETY)."""
-    import importlib.util
-
+    import papers_shape as ps
     import yaml
 
     from layergeom import config as lgconfig
     from layergeom.names import boundaries_for, kept_boundaries
     from layergeom.resources import files, model_jobs
 
-    spec = importlib.util.spec_from_file_location("papers_shape", ROOT / "bench" / "papers_shape.py")
-    ps = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ps)
     jobs = ps.read_jobs(run)
     ps.attach(jobs, {}, ps.read_peaks(run))
     cfg = lgconfig.validate(yaml.safe_load(configfile.read_text()))
@@ -412,7 +395,7 @@ def rates_from(timings: dict, anchors: dict) -> tuple[dict, dict]:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser()
     ap.add_argument("--dims", type=int, nargs="+", default=[256, 512, 1024])
     ap.add_argument("--windows", type=int, nargs="+", default=[32, 96])
     ap.add_argument("--extra", nargs="*", default=["2048:32"], help="more width:windows pairs")
@@ -434,7 +417,6 @@ def main():
     if a.child_sequence:
         return child_sequence(a.child_sequence[0], int(a.child_sequence[1]), int(a.child_sequence[2]))
     import numpy as np
-    import torch
 
     from layergeom import models
     from layergeom.resources import files, model_jobs
@@ -443,13 +425,12 @@ def main():
         out = json.loads(RESULT.read_text())
     elif a.runs_log:  # the runs an interrupted bench printed, one JSON line each
         lines = [x for x in a.runs_log.read_text().splitlines() if x.startswith('{"base_mb"')]
-        out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+        out = {"machine": machine("cpus", "platform", "torch"),
                "settings": {"window_tokens": T, "vocab": VOCAB, "threads": 1, "model": "hf_config(d) of this bench",
                             "tokenwise": "schema defaults", "spectra": "schema defaults", "runs_log": str(a.runs_log)},
                "runs": [json.loads(x) for x in lines]}  # fmt: skip
     else:
-        out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                           "load_start": os.getloadavg()},
+        out = {"machine": machine("cpus", "platform", "torch", load_start="load_average"),
                "settings": {"window_tokens": T, "vocab": VOCAB, "threads": 1, "model": "hf_config(d) of this bench",
                             "tokenwise": "schema defaults", "spectra": "schema defaults"},
                "runs": []}  # fmt: skip
@@ -492,7 +473,7 @@ def main():
     for pair in a.compare:  # each model job of a run against what this checkout asks for it, with these rates
         run, configfile = pair.split("=", 1)
         out.setdefault("compare", {})[run] = {"config": configfile, "jobs": compare(Path(run), Path(configfile))}
-    RESULT.write_text(json.dumps(out, indent=1) + "\n")
+    write_json(RESULT, out, indent=1)
     print(json.dumps(out["rates"], indent=1))
 
 

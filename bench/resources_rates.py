@@ -29,10 +29,8 @@ faster than its runtime says.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -40,9 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+from harness import RESULTS, ROOT, machine, parser, save_boundary, schema_defaults, write_json
 
 #: one BLAS thread: reproducible on a shared machine (many threads on few busy cores time the scheduler, not the
 #: job) and conservative for a job with more threads
@@ -52,7 +48,7 @@ STAGES = ("spectra_table", "spectra_cumulative", "spectra_schur", "spectra_conve
 SCHUR_JOBS = ("spectra_schur_prep", "spectra_schur_chain")
 N_GROUPS = 16
 #: the d = 4096 measurements the rates are anchored at (``anchor_rates``)
-LONG_JOBS = ROOT / "bench" / "results" / "long_jobs.json"
+LONG_JOBS = RESULTS / "long_jobs.json"
 COUNTS = [63 * 127 if i < 8 else 62 * 127 for i in range(N_GROUPS)]  # 1000 windows in 16 blocks, 127 tokens each
 
 
@@ -77,17 +73,8 @@ def make_checkpoint(folder: Path, d: int, n: int) -> list[str]:
     counts = np.asarray(COUNTS, dtype=np.int64)
     for i, name in enumerate(names):
         mean, groups = attention_boundary(d, counts, seed=i)[:2] if i % 2 == 0 else boundary(d, counts, seed=i)
-        np.save(folder / f"{name}.npy", mean)
-        np.save(folder / f"{name}.groups.npy", groups)
-        (folder / f"{name}.json").write_text(json.dumps({"n_samples": int(counts.sum()), "group_counts": COUNTS}))
+        save_boundary(folder, name, mean, groups, counts)
     return names
-
-
-def spectra_defaults() -> dict:
-    """The spectra section's schema defaults (the settings every job here runs with)."""
-    from layergeom import config as lgconfig
-
-    return {k: v["default"] for k, v in lgconfig.load_schema("spectra")["properties"].items() if "default" in v}
 
 
 def schur_kwargs(s: dict) -> dict:
@@ -120,7 +107,7 @@ def child(stage: str, folder: str, n: int, n_edge: int = 4) -> None:
 
     base = current_rss_mb()  # after the imports (their transient peak may exceed it: small jobs read low)
     f = Path(folder)
-    s = spectra_defaults()
+    s = schema_defaults("spectra")
     if stage.startswith("spectra"):
         names = json.loads((f / "names.json").read_text())[:n]
 
@@ -314,7 +301,7 @@ def anchor_rates(rates: dict, long: dict) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser()
     ap.add_argument("--dims", type=int, nargs="+", default=[256, 512, 768])
     ap.add_argument("--mem-dims", type=int, nargs="+", default=[512, 1024])
     ap.add_argument("--boundaries", type=int, default=3)
@@ -333,7 +320,7 @@ def main():
     a = ap.parse_args()
     if a.child:
         return child(a.child[0], a.child[1], int(a.child[2]), int(a.child[3]))
-    path = ROOT / "bench" / "results" / "resources_rates.json"
+    path = RESULTS / "resources_rates.json"
     if a.refit:
         out = json.loads(path.read_text())
         for r in out["timings"]["topology_graph"]:
@@ -349,18 +336,16 @@ def main():
                 out["timings"]["topology_graph"].append(r)
         out["rates"] = fit_rates(out["timings"], sorted({r["d"] for r in out["timings"]["spectra_table"]}))
         out["rates"] = anchor_rates(out["rates"], json.loads(LONG_JOBS.read_text()))
-        path.write_text(json.dumps(out, indent=1) + "\n")
+        write_json(path, out, indent=1)
         return print(json.dumps(out["rates"], indent=1))
-    import numpy as np
     from bench_topology import synthetic_states
 
-    spectra = spectra_defaults()
+    spectra = schema_defaults("spectra")
     stages = set(a.stages)
     unknown = stages - {*STAGES, *SCHUR_JOBS, "topology_graph", "coupling"}
     if unknown:
         raise SystemExit(f"--stages: no stage {sorted(unknown)}")
-    out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "numpy": np.__version__,
-                       "load_start": os.getloadavg()},
+    out = {"machine": machine("cpus", "platform", "numpy", load_start="load_average"),
            "settings": {"n_groups": N_GROUPS, "group_counts": COUNTS, "boundaries": a.boundaries,
                         "tokens": a.tokens, "spectra": "schema defaults", "blas_threads": 1,
                         "checkpoint": "attention (rank d/4) and MLP boundaries alternating"},
@@ -412,7 +397,7 @@ def main():
                     )
     out["rates"] = anchor_rates(fit_rates(out["timings"], a.dims, conv_n), json.loads(LONG_JOBS.read_text()))
     out["machine"]["load_end"] = os.getloadavg()
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    write_json(path, out, indent=1)
     print(json.dumps(out["rates"], indent=1))
     print(json.dumps(out["memory"], indent=1))
 

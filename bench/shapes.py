@@ -1,7 +1,5 @@
 """What the Jacobian benchmarks share: the model shape (random weights; a small vocabulary: the benches time
-sublayers) and the description of the machine they ran on."""
-
-import platform
+sublayers). The machine they ran on: ``harness.machine_info``."""
 
 SMOLLM2 = dict(
     vocab_size=512,
@@ -12,15 +10,3 @@ SMOLLM2 = dict(
     max_position_embeddings=256,
     rms_norm_eps=1e-5,
 )
-
-
-def machine_info(threads: int) -> dict:
-    """The machine a bench ran on: platform, processor, torch version, threads."""
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "threads": threads,
-    }

@@ -13,18 +13,15 @@ column over all tables; --device computes on that torch device.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from harness import ROOT, parser
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from layergeom import config as lgconfig  # noqa: E402
+from layergeom import config as lgconfig
 from layergeom.spectral.pipeline import BoundaryFiles, write_spectra  # noqa: E402
 
 
@@ -76,7 +73,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, per_column: dict | None = None
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="a finished run's directory (holding results/)")
     ap.add_argument("--config", type=Path, default=ROOT / "config" / "test.yaml")
     ap.add_argument("--rtol", type=float, default=1e-9)

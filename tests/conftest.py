@@ -33,9 +33,12 @@ from layergeom.models import build_random  # noqa: E402
 
 def load_script(path: Path):
     """A repository script (bench/, tools/) imported as a module named after its file (registered in
-    sys.modules, which dataclasses need), for tests of its functions."""
+    sys.modules, which dataclasses need), for tests of its functions; its folder goes first on sys.path, as
+    `python path` puts it (a bench script imports bench/harness.py)."""
     import importlib.util
 
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module

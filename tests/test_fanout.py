@@ -642,9 +642,9 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
     assert gather["input"][nb : nb + len(names)] == [f"{out}/parts/schur/chains/{n}.npz" for n in names]  # nb preps
     for other in ("tiny-neox", "tiny-llama"):  # not fanned out: the key does nothing
         assert {r for r, _ in _schur_jobs(jobs, other)} == {"spectra_schur"}
-    # priorities: a chain job's is its seconds as bench_long_jobs' critical path counts them from the d = 4096
-    # measurements (its base's advance-only step × its prefix + its class's step × its own depths; this d, K and
-    # order α are those measured), so the longest start first; every prep outranks every chain job
+    # priorities: a chain job's is its seconds as bench/long_jobs_plan.py's critical path counts them from the
+    # d = 4096 measurements (its base's advance-only step × its prefix + its class's step × its own depths; this d,
+    # K and order α are those measured), so the longest start first; every prep outranks every chain job
     bench = json.loads((ROOT / "bench" / "results" / "long_jobs.json").read_text())
     m = bench["results"]["spectra_schur_chains"][str(d)]
     if "order_alphas" not in m or "step_s" not in m:  # the rest of the test checks the priorities against it

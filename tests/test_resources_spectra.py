@@ -438,12 +438,12 @@ def test_convergence_sizes_are_numpys_geometric_sizes():
 
 
 def test_the_schedule_starts_the_preps_then_the_longest_chains_first():
-    """bench_long_jobs' list schedule of a fanned-out checkpoint (the workflow's priorities) on hand-worked cases:
+    """bench/long_jobs_plan.py's list schedule of a fanned-out checkpoint (the workflow's priorities) on hand-worked cases:
     chain jobs 3, 1, 1, 1 on 2 slots end at 3 longest first (3 on one slot, the 1s on the other) and at 4
     shortest first (the 3 starts at t = 1 after two 1s); with a prep of 5 and a job of 7 beside it, the chains
     wait for the prep: the 3 runs 5–8, the 1s 7–8, 8–9 and 8–9; a job of priority 0 still waiting when the prep
     ends waits for the chains (a 1 after them: 9–10); a prep waits for a slot, and the chains for it."""
-    bench = load_script(ROOT / "bench" / "bench_long_jobs.py")
+    bench = load_script(ROOT / "bench" / "long_jobs_plan.py")
     assert bench.schedule_s([], [], [1, 3, 1, 1], 2) == (3, 3)
     assert bench.schedule_s([], [], [1, 3, 1, 1], 2, longest_first=False) == (4, 4)
     assert bench.schedule_s([5.0], [7.0], [1, 3, 1, 1], 2) == (9, 9)
