@@ -80,13 +80,13 @@ from layergeom.spectral.cumulative import ProductChain, cumulative_rows, step_op
 from layergeom.spectral.linear import metric_replicates, spectra_intervals  # noqa: E402
 from layergeom.spectral.schur import (  # noqa: E402
     BoundaryStep,
-    SchurTangent,
     SurgeryBoundary,
     prepare_boundary,
     schur_surgery,
     step_chain,
     wants_interval,
 )
+from layergeom.spectral.schur_basis import SchurTangent  # noqa: E402
 from layergeom.spectral.settings import schur_alphas, schur_chains, schur_order_alphas  # noqa: E402
 from layergeom.spectral.spectra import (  # noqa: E402
     decompose,

@@ -9,7 +9,7 @@ import scipy.linalg
 import scipy.stats
 from schema_defaults import SEED, SPECTRA, schur_surgery, spectral_metrics, table_kw, tol
 
-from layergeom.spectral import cumulative, intervals, linear, schur, spectra
+from layergeom.spectral import cumulative, intervals, linear, schur, schur_basis, spectra
 
 
 def rng(seed=0):
@@ -209,7 +209,7 @@ def schur_interpolate(form, alpha: float):
 
 def test_schur_alpha_one_reproduces_and_alpha_zero_is_normal():
     J = nonnormal()
-    form = schur.schur_form(J, tol(len(J)))
+    form = schur_basis.schur_form(J, tol(len(J)))
     assert np.allclose(np.tril(form.N), 0)
     np.testing.assert_allclose(schur_interpolate(form, 1.0), J, atol=1e-12)
     J0 = schur_interpolate(form, 0.0)
@@ -241,7 +241,7 @@ def test_schur_surgery_table_against_independent_paths():
         cum = cumulative_table(mats, [v])
         np.testing.assert_allclose(own["erank"], cum["erank"], rtol=1e-9)
     # the full variant composes I + J(α): its α=0 product by hand
-    forms = [schur.schur_form(J, tol(len(J))) for J in mats.values()]
+    forms = [schur_basis.schur_form(J, tol(len(J))) for J in mats.values()]
     C = np.eye(8)
     for f in forms:
         C = (np.eye(8) + f.normal_part) @ C
@@ -282,7 +282,7 @@ def test_schur_surgery_table_against_independent_paths():
 def test_schur_form_of_a_real_matrix_is_scipy_complex_schur():
     J = nonnormal(6, seed=9)
     T, Q = scipy.linalg.schur(J.astype(complex), output="complex")
-    form = schur.schur_form(J, tol(len(J)))
+    form = schur_basis.schur_form(J, tol(len(J)))
     np.testing.assert_allclose(form.Q @ (np.diag(form.lam) + form.N) @ form.Q.conj().T, J, atol=1e-12)
     np.testing.assert_allclose(np.abs(form.lam), np.sort(np.abs(np.diag(T)))[::-1], atol=1e-12)  # |λ| descending
 
@@ -559,12 +559,13 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     d = 10
     J = nonnormal(d, seed=4) / 3
     D = rng(2).standard_normal((1, d, d))
-    form = schur.schur_form(J, tol(len(J)))
-    tan = schur.schur_tangent(form, J, D)
+    form = schur_basis.schur_form(J, tol(len(J)))
+    tan = schur_basis.schur_tangent(form, J, D)
     h = 1e-6
-    fd = (schur.schur_form(J + h * D[0], tol(d)).normal_part - schur.schur_form(J - h * D[0], tol(d)).normal_part) / (
-        2 * h
-    )
+    fd = (
+        schur_basis.schur_form(J + h * D[0], tol(d)).normal_part
+        - schur_basis.schur_form(J - h * D[0], tol(d)).normal_part
+    ) / (2 * h)
     np.testing.assert_allclose(tan.dJ0[0], fd, atol=1e-4 * np.abs(fd).max())
 
     # the random control R' = Q_c N' Q_cᴴ in its canonical basis (phases and zero block fixed by J̄ and the seed):
@@ -573,12 +574,14 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     g = rng(9)
     low = g.standard_normal((d, 4)) @ g.standard_normal((4, d)) / d  # rank 4, non-normal
     for M0, Dk in ((J, D[0]), (low, g.standard_normal((d, d)) / d)):
-        b = schur.SurgeryBoundary(J=M0, form=schur.schur_form(M0, tol(d)), seed=5, index=2)
+        b = schur.SurgeryBoundary(J=M0, form=schur_basis.schur_form(M0, tol(d)), seed=5, index=2)
 
         def control(M, n=b.form.n_nonzero):  # the tangent holds the modes fixed: so does the difference
-            return schur.SurgeryBoundary(J=M, form=schur.schur_form(M, tol(len(M)), n_modes=n), seed=5, index=2).R_rand
+            return schur.SurgeryBoundary(
+                J=M, form=schur_basis.schur_form(M, tol(len(M)), n_modes=n), seed=5, index=2
+            ).R_rand
 
-        t = schur.schur_tangent(b.form, M0, Dk[None], keep_rotation=True)
+        t = schur_basis.schur_tangent(b.form, M0, Dk[None], keep_rotation=True)
         fd = (control(M0 + h * Dk) - control(M0 - h * Dk)) / (2 * h)
         lin = schur.control_tangent(b, t)[0]
         np.testing.assert_allclose(lin, fd, atol=1e-4 * np.abs(fd).max())
@@ -589,7 +592,7 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     Q2 = b.form.Q * ph[None]
     Q2[:, 4:] = Q2[:, 4:] @ U
     T2 = Q2.conj().T @ low @ Q2
-    other = schur.SchurForm(Q=Q2, lam=np.diag(T2).copy(), N=np.triu(T2, 1), n_nonzero=4)
+    other = schur_basis.SchurForm(Q=Q2, lam=np.diag(T2).copy(), N=np.triu(T2, 1), n_nonzero=4)
     again = schur.SurgeryBoundary(J=low, form=other, seed=5, index=2).R_rand
     np.testing.assert_allclose(again, b.R_rand, atol=1e-12 * np.abs(b.R_rand).max())
     assert np.abs(schur.SurgeryBoundary(J=low, form=other, seed=6, index=2).R_rand - b.R_rand).max() > 1e-3
@@ -603,7 +606,7 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     J = Q @ T @ Q.conj().T
     lam = np.diag(T)
     n = int(spectra.nonzero_modes(lam, tol(d)).sum())
-    T2, Q2 = schur.reorder_schur(T, Q, schur.canonical_order(lam, n, real=False))
+    T2, Q2 = schur_basis.reorder_schur(T, Q, schur_basis.canonical_order(lam, n, real=False))
     assert n == r and np.all(np.abs(np.diag(T2)[:r]) > 0.5) and np.all(np.abs(np.diag(T2)[r:]) < 1e-9)
     np.testing.assert_allclose(Q2 @ T2 @ Q2.conj().T, J, atol=1e-10)
     assert np.allclose(np.tril(T2, -1), 0)

@@ -54,8 +54,6 @@ from .cumulative import VARIANTS, cumulative_rows, step_operator
 from .linear import spectra_intervals
 from .schur import (
     BoundaryStep,
-    SchurForm,
-    SchurTangent,
     SurgeryBoundary,
     _chain_states,
     _chains_from,
@@ -68,6 +66,7 @@ from .schur import (
     surgery_table,
     wants_interval,
 )
+from .schur_basis import SchurForm, SchurTangent
 from .settings import (
     SCHUR_VARIANTS,
     JacobianSettings,
