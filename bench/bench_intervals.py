@@ -26,13 +26,18 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from layergeom import config as lgconfig  # noqa: E402
 from layergeom.io import read_tsv  # noqa: E402
-from layergeom.spectral import intervals, pipeline  # noqa: E402
+from layergeom.spectral import intervals  # noqa: E402
 from layergeom.spectral.cumulative import cumulative_rows  # noqa: E402
+from layergeom.spectral.jobs.common import BoundaryFiles  # noqa: E402
+from layergeom.spectral.jobs.convergence import write_convergence  # noqa: E402
+from layergeom.spectral.jobs.cumulative import write_cumulative  # noqa: E402
+from layergeom.spectral.jobs.schur import write_schur  # noqa: E402
+from layergeom.spectral.jobs.table import write_spectra  # noqa: E402
 from layergeom.spectral.schur import schur_surgery  # noqa: E402
 from layergeom.spectral.spectra import rank_tolerance, spectra_row  # noqa: E402
 
 
-def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 0) -> pipeline.BoundaryFiles:
+def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 0) -> BoundaryFiles:
     """Per boundary: group means = J̄ + group noise (2 % of J̄), rank-`rank` attention, full-rank MLP."""
     rng = np.random.default_rng(seed)
     names, npy, grp, meta = [], [], [], []
@@ -59,7 +64,7 @@ def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 
             npy.append(folder / f"{name}.npy")
             grp.append(folder / f"{name}.groups.npy")
             meta.append(folder / f"{name}.json")
-    return pipeline.BoundaryFiles(names, npy, grp, meta)
+    return BoundaryFiles(names, npy, grp, meta)
 
 
 def spectra_defaults() -> dict:
@@ -101,21 +106,19 @@ def main():
         res["spectra, no intervals"] = timed(
             lambda: [spectra_row(n, files[n], 1, sr_k=cfg["sr_k"], tol=tol) for n in files.names]
         )
-        res["spectra, with intervals"] = timed(lambda: pipeline.write_spectra(files, tmp / "s.tsv", **spectra_kw))
+        res["spectra, with intervals"] = timed(lambda: write_spectra(files, tmp / "s.tsv", **spectra_kw))
         res["cumulative, no intervals"] = timed(
             lambda: cumulative_rows(((n, files[n], None) for n in files.names), ci_level=cfg["ci_level"])
         )
         res["cumulative, with intervals"] = timed(
-            lambda: pipeline.write_cumulative(
-                files, tmp / "c.tsv", ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"]
-            )
+            lambda: write_cumulative(files, tmp / "c.tsv", ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"])
         )
         cum = read_tsv(tmp / "c.tsv", exact=True)  # the α = 1 rows (J̄ itself)
         res["schur (both variants), no intervals"] = timed(
             lambda: schur_surgery(files, alphas=alphas, tol=tol, ci_controls=["none"], cumulative=cum, **schur_kw)
         )
         res["schur (both variants), intervals own N (4 blocks)"] = timed(
-            lambda: pipeline.write_schur(
+            lambda: write_schur(
                 files,
                 tmp / "u.tsv",
                 tmp / "c.tsv",
@@ -127,7 +130,7 @@ def main():
                 **schur_kw,
             )  # fmt: skip
         )
-        res["convergence (4 sizes)"] = timed(lambda: pipeline.write_convergence(files, tmp / "v.tsv", **conv_kw))
+        res["convergence (4 sizes)"] = timed(lambda: write_convergence(files, tmp / "v.tsv", **conv_kw))
         del reps
     lines = [
         "# Confidence intervals: cost on one checkpoint (bench/bench_intervals.py)",

@@ -74,7 +74,7 @@ from shapes import machine_info  # noqa: E402  (bench/shapes.py)
 from layergeom import config as lgconfig  # noqa: E402
 from layergeom import resources as R  # noqa: E402
 from layergeom.names import boundaries_for  # noqa: E402
-from layergeom.spectral import intervals, pipeline  # noqa: E402
+from layergeom.spectral import intervals  # noqa: E402
 from layergeom.spectral.convergence import VARIANTS  # noqa: E402
 from layergeom.spectral.cumulative import ProductChain, cumulative_rows, step_operator, tangent_floor  # noqa: E402
 from layergeom.spectral.linear import metric_replicates, spectra_intervals  # noqa: E402
@@ -87,7 +87,12 @@ from layergeom.spectral.schur import (  # noqa: E402
     wants_interval,
 )
 from layergeom.spectral.schur_basis import SchurTangent  # noqa: E402
-from layergeom.spectral.settings import schur_alphas, schur_chains, schur_order_alphas  # noqa: E402
+from layergeom.spectral.settings import (  # noqa: E402
+    convergence_sizes,
+    schur_alphas,
+    schur_chains,
+    schur_order_alphas,
+)
 from layergeom.spectral.spectra import (  # noqa: E402
     decompose,
     eigenvalue_frame,
@@ -368,7 +373,7 @@ def bench_schur(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
     names = [f"L{i}.mlp" for i in range(len(bounds))]
     jac = _Timestamped({n: J for n, (J, _) in zip(names, bounds)})
 
-    class Devs(dict):  # as pipeline._Deviations: computed when read
+    class Devs(dict):  # as jobs.schur._Deviations: computed when read
         def __getitem__(self, name):
             J, groups = bounds[names.index(name)]
             return intervals.deviations(J, groups, counts, reps)
@@ -388,7 +393,7 @@ def bench_schur(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
 
 # ---- the Schur surgery as its fanned-out jobs take it ---------------------------------------------------------
 def chain_step_input(prep, J, groups, counts, reps, chain: tuple, cfg: dict) -> BoundaryStep:
-    """What a chain job reads at one depth (``pipeline.write_schur_chain``): a SurgeryBoundary rebuilt from the
+    """What a chain job reads at one depth (``jobs.schur.write_schur_chain``): a SurgeryBoundary rebuilt from the
     prep's arrays (the Schur form; R' for a random control: nothing cached by another chain), the tangents the
     chain reads (δJ₀, δ‖N‖/‖N‖ and a random control's δR'), the replicates' deviations Δ_k where it carries an
     interval (formed from the group means, as the job does) and an order's eigenvectors Y."""
@@ -746,7 +751,7 @@ def convergence_step(
 def bench_convergence(J, groups, counts, cfg, device: str = "cpu") -> dict:
     """Per subset size: a plain boundary's and an edge boundary's inner step of convergence_rows (the product
     chains already hold one boundary, so the step multiplies); the final step's extra at the largest size."""
-    sizes = pipeline.convergence_sizes(len(counts), cfg["convergence_sizes"])
+    sizes = convergence_sizes(len(counts), cfg["convergence_sizes"])
     out = {"sizes": sizes, "plain_s": {}, "edge_s": {}}
 
     def fresh_chains(S):  # one boundary already composed (its first step copies M: no product)
@@ -1027,7 +1032,7 @@ def snapshot_gb(d: int, c: dict) -> dict:
     K = c["n_groups"] if c["ci_blocks"] is None else min(c["ci_blocks"], c["n_groups"])
     Ks = min(c["schur_ci_blocks"], c["n_groups"])
     na = len(c["alphas"])
-    n_sizes = len(pipeline.convergence_sizes(c["n_groups"], c["convergence_sizes"]))  # every size's chains at once
+    n_sizes = len(convergence_sizes(c["n_groups"], c["convergence_sizes"]))  # every size's chains at once
     schur = (na - 1) * (16 + 8 * Ks) + sum(a != 0 for a in c["alphas"]) * 16
     if "random" in c["schur_ci_controls"]:
         schur += sum(a != 0 for a in c["alphas"]) * 8 * Ks

@@ -26,7 +26,11 @@ from shapes import machine_info  # noqa: E402
 
 from layergeom import config as lgconfig  # noqa: E402
 from layergeom import resume  # noqa: E402
-from layergeom.spectral import pipeline  # noqa: E402
+from layergeom.spectral.jobs.common import BoundaryFiles  # noqa: E402
+from layergeom.spectral.jobs.convergence import write_convergence  # noqa: E402
+from layergeom.spectral.jobs.cumulative import write_cumulative  # noqa: E402
+from layergeom.spectral.jobs.schur import write_schur  # noqa: E402
+from layergeom.spectral.jobs.table import write_spectra  # noqa: E402
 
 WIDTHS = (128, 256)
 PAPERS_D = 4096
@@ -42,7 +46,7 @@ def papers_gb(r: dict) -> float:
     return r["bytes_per_d2"] * PAPERS_D**2 / 1e9
 
 
-def boundary_files(folder: Path, d: int, seed: int = 0) -> pipeline.BoundaryFiles:
+def boundary_files(folder: Path, d: int, seed: int = 0) -> BoundaryFiles:
     """4 boundaries of random d×d mean Jacobians with G group means each (float32, like the Jacobian job's)."""
     g = np.random.default_rng(seed)
     names = [f"L{i}.{k}" for i in range(N_BOUNDARIES // 2) for k in ("attn", "mlp")]
@@ -53,7 +57,7 @@ def boundary_files(folder: Path, d: int, seed: int = 0) -> pipeline.BoundaryFile
         np.save(folder / f"{n}.npy", np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1))
         np.save(folder / f"{n}.groups.npy", groups)
         (folder / f"{n}.json").write_text(json.dumps({"n_samples": int(counts.sum()), "group_counts": counts.tolist()}))
-    return pipeline.BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
+    return BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
 
 
 def spectra_defaults() -> dict:
@@ -83,17 +87,17 @@ def measure(d: int) -> dict:
             files = boundary_files(tmp, d)
             c = spectra_defaults()
             kw = {k: c[k] for k in ("dtype", "rank_tol", "ci_level")}
-            pipeline.write_spectra(files, tmp / "spectra.tsv", tmp / "eig.tsv", sr_k=c["sr_k"], ci_method=c["ci_method"],
-                                   ci_blocks=c["ci_blocks"], snapshot_s=0, **kw)  # fmt: skip
-            pipeline.write_cumulative(files, tmp / "cumulative.tsv", ci_level=c["ci_level"], ci_blocks=c["ci_blocks"],
-                                      snapshot_s=0)  # fmt: skip
-            pipeline.write_schur(files, tmp / "schur.tsv", tmp / "cumulative.tsv", alphas=c["alphas"], seed=c["seed"],
-                                 sr_k=c["sr_k"], boundary_metrics=c["schur_boundary_metrics"], orders=c["schur_orders"],
-                                 order_alphas=c["schur_order_alphas"],
-                                 ci_blocks=c["schur_ci_blocks"], ci_controls=c["schur_ci_controls"], snapshot_s=0,
-                                 **kw)  # fmt: skip
-            pipeline.write_convergence(files, tmp / "convergence.tsv", sizes=c["convergence_sizes"],
-                                       n_edge=c["convergence_boundaries"], sr_k=c["sr_k"], snapshot_s=0, **kw)  # fmt: skip
+            write_spectra(files, tmp / "spectra.tsv", tmp / "eig.tsv", sr_k=c["sr_k"], ci_method=c["ci_method"],
+                          ci_blocks=c["ci_blocks"], snapshot_s=0, **kw)  # fmt: skip
+            write_cumulative(files, tmp / "cumulative.tsv", ci_level=c["ci_level"], ci_blocks=c["ci_blocks"],
+                             snapshot_s=0)  # fmt: skip
+            write_schur(files, tmp / "schur.tsv", tmp / "cumulative.tsv", alphas=c["alphas"], seed=c["seed"],
+                        sr_k=c["sr_k"], boundary_metrics=c["schur_boundary_metrics"], orders=c["schur_orders"],
+                        order_alphas=c["schur_order_alphas"],
+                        ci_blocks=c["schur_ci_blocks"], ci_controls=c["schur_ci_controls"], snapshot_s=0,
+                        **kw)  # fmt: skip
+            write_convergence(files, tmp / "convergence.tsv", sizes=c["convergence_sizes"],
+                              n_edge=c["convergence_boundaries"], sr_k=c["sr_k"], snapshot_s=0, **kw)  # fmt: skip
     finally:
         resume.Snapshots.save = real
     return stats

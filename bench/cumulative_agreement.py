@@ -27,7 +27,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from table_agreement import compare  # noqa: E402
 
 from layergeom import config as lgconfig  # noqa: E402
-from layergeom.spectral.pipeline import BoundaryFiles, write_convergence, write_cumulative, write_schur  # noqa: E402
+from layergeom.spectral.jobs.common import BoundaryFiles  # noqa: E402
+from layergeom.spectral.jobs.convergence import write_convergence  # noqa: E402
+from layergeom.spectral.jobs.cumulative import write_cumulative  # noqa: E402
+from layergeom.spectral.jobs.schur import write_schur  # noqa: E402
 
 
 def files_of(folder: Path) -> BoundaryFiles:

@@ -93,7 +93,7 @@ def child(job: str, folder: str) -> None:
 
     from layergeom import models, store  # noqa: F401
     from layergeom.adapters import get_adapter  # noqa: F401
-    from layergeom.spectral import pipeline  # noqa: F401
+    from layergeom.spectral.jobs import common, convergence, cumulative, jacobians, schur, table  # noqa: F401
     from layergeom.tokenwise.pipeline import write_fits, write_kl  # noqa: F401
 
     torch.set_num_threads(1)
@@ -109,7 +109,7 @@ def run_job(job: str, f: Path) -> None:
 
     from layergeom import models, store
     from layergeom.adapters import get_adapter
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.jacobians import boundary_jacobians
     from layergeom.tokenwise.pipeline import write_fits, write_kl
 
     s = sections()
@@ -129,8 +129,8 @@ def run_job(job: str, f: Path) -> None:
     elif job == "jacobians":
         names = ["L0.attn", "L0.mlp", "L1.attn", "L1.mlp"]
         out = {n: {k: f / "jac" / f"{n}.{k}" for k in ("npy", "groups", "json", "tsv")} for n in names}
-        pipeline.boundary_jacobians(get_adapter(models.load_model(f / "model")), store.ActivationStore(f / "store"),
-                                    names, out, dict(s["spectra"]), seed=0, weights=f / "model" / "model.safetensors")  # fmt: skip
+        boundary_jacobians(get_adapter(models.load_model(f / "model")), store.ActivationStore(f / "store"),
+                           names, out, dict(s["spectra"]), seed=0, weights=f / "model" / "model.safetensors")  # fmt: skip
     else:
         raise SystemExit(f"unknown job {job}")
 
@@ -157,7 +157,12 @@ def child_sequence(folder: str, d: int, n_windows: int) -> None:
     import torch
     import transformers.models.llama.modeling_llama  # noqa: F401  (imported before the first job is measured)
 
-    import layergeom.spectral.pipeline  # noqa: F401
+    import layergeom.spectral.jobs.common  # noqa: F401
+    import layergeom.spectral.jobs.convergence  # noqa: F401
+    import layergeom.spectral.jobs.cumulative  # noqa: F401
+    import layergeom.spectral.jobs.jacobians  # noqa: F401
+    import layergeom.spectral.jobs.schur  # noqa: F401
+    import layergeom.spectral.jobs.table  # noqa: F401
     import layergeom.tokenwise.fits  # noqa: F401
     import layergeom.tokenwise.kl  # noqa: F401
     from layergeom import models

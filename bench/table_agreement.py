@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from layergeom import config as lgconfig  # noqa: E402
-from layergeom.spectral.pipeline import BoundaryFiles, write_spectra  # noqa: E402
+from layergeom.spectral.jobs.common import BoundaryFiles  # noqa: E402
+from layergeom.spectral.jobs.table import write_spectra  # noqa: E402
 
 
 def recompute(folder: Path, spectra: dict, out: Path, device: str = "cpu") -> pd.DataFrame:

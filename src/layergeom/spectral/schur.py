@@ -24,7 +24,7 @@ and swapped into place by LAPACK (ztrexc) instead where that check fails (close,
 **One implementation, one job or many.** Per boundary ``prepare_boundary`` (J̄'s metrics, the Schur form, the
 order sampler's eigenvectors, the tangents, the b_* metrics), per boundary and chain ``step_chain`` (the chains
 of ``settings.schur_chains``), at the end ``surgery_rows`` and ``surgery_table``: ``schur_surgery`` runs them in
-one loop; a checkpoint fanned out over jobs (spectra.boundaries_per_job; layergeom.spectral.pipeline) runs the
+one loop; a checkpoint fanned out over jobs (spectra.boundaries_per_job; layergeom.spectral.jobs.schur) runs the
 first in its prep jobs, the second in a job per chain on the operators rebuilt from the preps' arrays (or per
 depth segment of one, spectra.chain_segments: the products advanced without their SVDs through the depths
 before it, ``step_chain(..., advance=True)``), the last in its gather, and writes the same bytes.
@@ -462,7 +462,7 @@ def schur_surgery(
     Per boundary: its share that no chain owns (``prepare_boundary``: J̄'s metrics and Schur form, the order
     sampler, the tangents, the b_* metrics), then one step of every chain of ``schur_chains``
     (``step_chain``); the rows (``surgery_rows``) and the table (``surgery_table``) at the end. A checkpoint
-    fanned out over jobs (layergeom.spectral.pipeline: ``write_schur_prep``, ``write_schur_chain``,
+    fanned out over jobs (layergeom.spectral.jobs.schur: ``write_schur_prep``, ``write_schur_chain``,
     ``gather_schur``) runs the same functions. The decompositions and the product chains compute on `device`
     (a torch device string, ``workflow.job_device``); the Schur forms, their reordering and the Sylvester solves
     in scipy on the CPU. A progress bar counts the boundaries.
