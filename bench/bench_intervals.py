@@ -16,15 +16,20 @@ from pathlib import Path
 
 import numpy as np
 from harness import RESULTS, default_seed, parser, processor, save_boundary, schema_defaults, seconds, write_text
+from layergeom.layergeom.spectral.jobs.common import BoundaryFiles
+from layergeom.layergeom.spectral.jobs.convergence import write_convergence
+from layergeom.layergeom.spectral.jobs.cumulative import write_cumulative
+from layergeom.layergeom.spectral.jobs.schur import write_schur
+from layergeom.layergeom.spectral.jobs.table import write_spectra
 
 from layergeom.io import read_tsv
-from layergeom.spectral import intervals, pipeline  # noqa: E402
+from layergeom.spectral import intervals
 from layergeom.spectral.cumulative import cumulative_rows
 from layergeom.spectral.schur import schur_surgery
 from layergeom.spectral.spectra import rank_tolerance, spectra_row
 
 
-def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 0) -> pipeline.BoundaryFiles:
+def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 0) -> BoundaryFiles:
     """Per boundary: group means = J̄ + group noise (2 % of J̄), rank-`rank` attention, full-rank MLP."""
     rng = np.random.default_rng(seed)
     names = []
@@ -45,7 +50,7 @@ def synthetic(folder: Path, d: int, layers: int, G: int, rank: int, seed: int = 
             mean = np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1)
             save_boundary(folder, name, mean, groups, counts)
             names.append(name)
-    return pipeline.BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
+    return BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
 
 
 def main():
@@ -73,21 +78,19 @@ def main():
         res["spectra, no intervals"] = seconds(
             lambda: [spectra_row(n, files[n], 1, sr_k=cfg["sr_k"], tol=tol) for n in files.names]
         )
-        res["spectra, with intervals"] = seconds(lambda: pipeline.write_spectra(files, tmp / "s.tsv", **spectra_kw))
+        res["spectra, with intervals"] = seconds(lambda: write_spectra(files, tmp / "s.tsv", **spectra_kw))
         res["cumulative, no intervals"] = seconds(
             lambda: cumulative_rows(((n, files[n], None) for n in files.names), ci_level=cfg["ci_level"])
         )
         res["cumulative, with intervals"] = seconds(
-            lambda: pipeline.write_cumulative(
-                files, tmp / "c.tsv", ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"]
-            )
+            lambda: write_cumulative(files, tmp / "c.tsv", ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"])
         )
         cum = read_tsv(tmp / "c.tsv", exact=True)  # the α = 1 rows (J̄ itself)
         res["schur (both variants), no intervals"] = seconds(
             lambda: schur_surgery(files, alphas=alphas, tol=tol, ci_controls=["none"], cumulative=cum, **schur_kw)
         )
         res["schur (both variants), intervals own N (4 blocks)"] = seconds(
-            lambda: pipeline.write_schur(
+            lambda: write_schur(
                 files,
                 tmp / "u.tsv",
                 tmp / "c.tsv",
@@ -99,7 +102,7 @@ def main():
                 **schur_kw,
             )  # fmt: skip
         )
-        res["convergence (4 sizes)"] = seconds(lambda: pipeline.write_convergence(files, tmp / "v.tsv", **conv_kw))
+        res["convergence (4 sizes)"] = seconds(lambda: write_convergence(files, tmp / "v.tsv", **conv_kw))
         del reps
     lines = [
         "# Confidence intervals: cost on one checkpoint (bench/bench_intervals.py)",

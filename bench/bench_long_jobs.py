@@ -61,12 +61,13 @@ import numpy as np
 import scipy.linalg
 from bench_topology import synthetic_states  # the signed factor model of bench/bench_topology.py
 from harness import RESULTS, ROOT, Run, Seconds, log, machine, machine_info, mean, parser, timed, with_cpu, write_text
+from layergeom.layergeom.spectral.settings import convergence_sizes
 from long_jobs_plan import ATTN_FLOOR, MODELS, markdown, read, render, summarise, totals, write
 
 from layergeom import config as lgconfig
 from layergeom.names import boundaries_for
 from layergeom.resources import schur_jobs
-from layergeom.spectral import intervals, pipeline  # noqa: E402
+from layergeom.spectral import intervals
 from layergeom.spectral.convergence import VARIANTS
 from layergeom.spectral.cumulative import ProductChain, cumulative_rows, step_operator, tangent_floor
 from layergeom.spectral.linear import metric_replicates, spectra_intervals
@@ -267,7 +268,7 @@ def bench_schur(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
     names = [f"L{i}.mlp" for i in range(len(bounds))]
     jac = _Timestamped({n: J for n, (J, _) in zip(names, bounds)})
 
-    class Devs(dict):  # as pipeline._Deviations: computed when read
+    class Devs(dict):  # as _Deviations: computed when read
         def __getitem__(self, name):
             J, groups = bounds[names.index(name)]
             return intervals.deviations(J, groups, counts, reps)
@@ -287,7 +288,7 @@ def bench_schur(bounds, counts, cfg, seed: int, device: str = "cpu") -> dict:
 
 # ---- the Schur surgery as its fanned-out jobs take it ---------------------------------------------------------
 def chain_step_input(prep, J, groups, counts, reps, chain: tuple, cfg: dict) -> BoundaryStep:
-    """What a chain job reads at one depth (``pipeline.write_schur_chain``): a SurgeryBoundary rebuilt from the
+    """What a chain job reads at one depth (``write_schur_chain``): a SurgeryBoundary rebuilt from the
     prep's arrays (the Schur form; R' for a random control: nothing cached by another chain), the tangents the
     chain reads (δJ₀, δ‖N‖/‖N‖ and a random control's δR'), the replicates' deviations Δ_k where it carries an
     interval (formed from the group means, as the job does) and an order's eigenvectors Y."""
@@ -410,7 +411,7 @@ def convergence_step(
 def bench_convergence(J, groups, counts, cfg, device: str = "cpu") -> dict:
     """Per subset size: a plain boundary's and an edge boundary's inner step of convergence_rows (the product
     chains already hold one boundary, so the step multiplies); the final step's extra at the largest size."""
-    sizes = pipeline.convergence_sizes(len(counts), cfg["convergence_sizes"])
+    sizes = convergence_sizes(len(counts), cfg["convergence_sizes"])
     out = {"sizes": sizes, "plain_s": {}, "edge_s": {}}
 
     def fresh_chains(S):  # one boundary already composed (its first step copies M: no product)

@@ -16,9 +16,13 @@ from pathlib import Path
 
 import numpy as np
 from harness import RESULTS, default_seed, machine_info, save_boundary, schema_defaults, timed, write_json, write_text
+from layergeom.layergeom.spectral.jobs.common import BoundaryFiles
+from layergeom.layergeom.spectral.jobs.convergence import write_convergence
+from layergeom.layergeom.spectral.jobs.cumulative import write_cumulative
+from layergeom.layergeom.spectral.jobs.schur import write_schur
+from layergeom.layergeom.spectral.jobs.table import write_spectra
 
 from layergeom.resume import snapshots
-from layergeom.spectral import pipeline  # noqa: E402
 
 WIDTHS = (128, 256)
 PAPERS_D = 4096
@@ -34,7 +38,7 @@ def papers_gb(r: dict) -> float:
     return r["bytes_per_d2"] * PAPERS_D**2 / 1e9
 
 
-def boundary_files(folder: Path, d: int, seed: int = 0) -> pipeline.BoundaryFiles:
+def boundary_files(folder: Path, d: int, seed: int = 0) -> BoundaryFiles:
     """4 boundaries of random d×d mean Jacobians with G group means each (float32, like the Jacobian job's)."""
     g = np.random.default_rng(seed)
     names = [f"L{i}.{k}" for i in range(N_BOUNDARIES // 2) for k in ("attn", "mlp")]
@@ -43,7 +47,7 @@ def boundary_files(folder: Path, d: int, seed: int = 0) -> pipeline.BoundaryFile
         M = g.standard_normal((d, d)) / np.sqrt(d)
         groups = (M[None] + 0.05 * g.standard_normal((G, d, d))).astype(np.float32)
         save_boundary(folder, n, np.tensordot(counts / counts.sum(), groups.astype(np.float64), axes=1), groups, counts)
-    return pipeline.BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
+    return BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
 
 
 def measure(d: int) -> dict:
@@ -65,16 +69,16 @@ def measure(d: int) -> dict:
             files = boundary_files(tmp, d)
             c = schema_defaults("spectra") | {"seed": default_seed()}
             kw = {k: c[k] for k in ("dtype", "rank_tol", "ci_level")}
-            pipeline.write_spectra(files, tmp / "spectra.tsv", tmp / "eig.tsv", sr_k=c["sr_k"], ci_method=c["ci_method"],
+            write_spectra(files, tmp / "spectra.tsv", tmp / "eig.tsv", sr_k=c["sr_k"], ci_method=c["ci_method"],
                                    ci_blocks=c["ci_blocks"], snapshot_s=0, **kw)  # fmt: skip
-            pipeline.write_cumulative(files, tmp / "cumulative.tsv", ci_level=c["ci_level"], ci_blocks=c["ci_blocks"],
+            write_cumulative(files, tmp / "cumulative.tsv", ci_level=c["ci_level"], ci_blocks=c["ci_blocks"],
                                       snapshot_s=0)  # fmt: skip
-            pipeline.write_schur(files, tmp / "schur.tsv", tmp / "cumulative.tsv", alphas=c["alphas"], seed=c["seed"],
+            write_schur(files, tmp / "schur.tsv", tmp / "cumulative.tsv", alphas=c["alphas"], seed=c["seed"],
                                  sr_k=c["sr_k"], boundary_metrics=c["schur_boundary_metrics"], orders=c["schur_orders"],
                                  order_alphas=c["schur_order_alphas"],
                                  ci_blocks=c["schur_ci_blocks"], ci_controls=c["schur_ci_controls"], snapshot_s=0,
                                  **kw)  # fmt: skip
-            pipeline.write_convergence(files, tmp / "convergence.tsv", sizes=c["convergence_sizes"],
+            write_convergence(files, tmp / "convergence.tsv", sizes=c["convergence_sizes"],
                                        n_edge=c["convergence_boundaries"], sr_k=c["sr_k"], snapshot_s=0, **kw)  # fmt: skip
     finally:
         snapshots.Snapshots.save = real

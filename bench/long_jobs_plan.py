@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 from harness import ROOT, write_json, write_text  # bench/harness.py (src/ on sys.path)
+from layergeom.layergeom.spectral.settings import convergence_sizes
 
 from layergeom import config as lgconfig
 from layergeom.resources import schur_jobs
-from layergeom.spectral import pipeline
 from layergeom.spectral.convergence import VARIANTS
 from layergeom.spectral.settings import schur_chains, schur_order_alphas
 
@@ -367,7 +367,7 @@ def snapshot_gb(d: int, c: dict) -> dict:
     K = c["n_groups"] if c["ci_blocks"] is None else min(c["ci_blocks"], c["n_groups"])
     Ks = min(c["schur_ci_blocks"], c["n_groups"])
     na = len(c["alphas"])
-    n_sizes = len(pipeline.convergence_sizes(c["n_groups"], c["convergence_sizes"]))  # every size's chains at once
+    n_sizes = len(convergence_sizes(c["n_groups"], c["convergence_sizes"]))  # every size's chains at once
     schur = (na - 1) * (16 + 8 * Ks) + sum(a != 0 for a in c["alphas"]) * 16
     if "random" in c["schur_ci_controls"]:
         schur += sum(a != 0 for a in c["alphas"]) * 8 * Ks

@@ -127,7 +127,7 @@ def perturbed_folder(src: Path, names: list[str], dst: Path, draw: int) -> Path:
 
 
 def boundary_files(folder: Path, names: list[str]):
-    from layergeom.spectral.pipeline import BoundaryFiles
+    from layergeom.spectral.jobs.common import BoundaryFiles
 
     return BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
 
@@ -135,7 +135,9 @@ def boundary_files(folder: Path, names: list[str]):
 def compute_tables(folder: Path, names: list[str], cfg: dict, seed: int, out: Path, tables=tuple(TABLES)) -> dict:
     """The tables of one J̄ folder with the spectra section `cfg` (each kept in `out`: a resumed run reads it)."""
     from layergeom.io import read_tsv
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import write_convergence
+    from layergeom.spectral.jobs.cumulative import write_cumulative
+    from layergeom.spectral.jobs.schur import write_schur
 
     out.mkdir(parents=True, exist_ok=True)
     files = boundary_files(folder, names)
@@ -145,17 +147,17 @@ def compute_tables(folder: Path, names: list[str], cfg: dict, seed: int, out: Pa
         if not path.exists():
             tmp = out / f".{t}.tsv"
             if t == "schur":
-                pipeline.write_schur(files, tmp, out / "cumulative.tsv", alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"], dtype=cfg["dtype"],
-                                     rank_tol=cfg["rank_tol"], boundary_metrics=cfg["schur_boundary_metrics"],
-                                     orders=cfg["schur_orders"], order_alphas=cfg["schur_order_alphas"],
-                                     ci_level=cfg["ci_level"], ci_blocks=cfg["schur_ci_blocks"],
-                                     ci_controls=cfg["schur_ci_controls"])  # fmt: skip
+                write_schur(files, tmp, out / "cumulative.tsv", alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"], dtype=cfg["dtype"],
+                            rank_tol=cfg["rank_tol"], boundary_metrics=cfg["schur_boundary_metrics"],
+                            orders=cfg["schur_orders"], order_alphas=cfg["schur_order_alphas"],
+                            ci_level=cfg["ci_level"], ci_blocks=cfg["schur_ci_blocks"],
+                            ci_controls=cfg["schur_ci_controls"])  # fmt: skip
             elif t == "cumulative":
-                pipeline.write_cumulative(files, tmp, ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"])
+                write_cumulative(files, tmp, ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"])
             else:
-                pipeline.write_convergence(files, tmp, sizes=cfg["convergence_sizes"],
-                                           n_edge=cfg["convergence_boundaries"], sr_k=cfg["sr_k"], dtype=cfg["dtype"],
-                                           rank_tol=cfg["rank_tol"], ci_level=cfg["ci_level"])  # fmt: skip
+                write_convergence(files, tmp, sizes=cfg["convergence_sizes"],
+                                  n_edge=cfg["convergence_boundaries"], sr_k=cfg["sr_k"], dtype=cfg["dtype"],
+                                  rank_tol=cfg["rank_tol"], ci_level=cfg["ci_level"])  # fmt: skip
             tmp.replace(path)
         got[t] = read_tsv(path)
     return got

@@ -7,7 +7,7 @@ at each width of `--dims` (d_ff = 3.5·d, heads of 64 with 4 query heads per key
 of 8192: the papers' 8B shapes scaled down) and each corpus size of `--windows` (windows of 128 random tokens), each
 job's own function runs in a fresh process with the schema's default settings, one after the other, as the
 workflow runs them: ``store.dump_activations``, ``tokenwise.pipeline.write_fits`` (layers 0 and 1),
-``tokenwise.pipeline.write_kl``, ``spectral.pipeline.boundary_jacobians`` (every boundary). Per job:
+``tokenwise.pipeline.write_kl``, ``spectral.jobs.jacobians.boundary_jacobians`` (every boundary). Per job:
 
 - its process's wall seconds (imports included, as Snakemake's benchmark counts them) and CPU seconds, fitted as a
   start plus seconds per unit of each of its work terms (``layergeom.resources.model_jobs.*_work``; non-negative
@@ -83,7 +83,7 @@ def child(job: str, folder: str) -> None:
 
     from layergeom import models, store  # noqa: F401
     from layergeom.adapters import get_adapter  # noqa: F401
-    from layergeom.spectral import pipeline  # noqa: F401
+    from layergeom.spectral.jobs import common, convergence, cumulative, jacobians, schur, table  # noqa: F401
     from layergeom.tokenwise.pipeline import write_fits, write_kl  # noqa: F401
 
     torch.set_num_threads(1)
@@ -99,7 +99,7 @@ def run_job(job: str, f: Path) -> None:
 
     from layergeom import models, store
     from layergeom.adapters import get_adapter
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.jacobians import boundary_jacobians
     from layergeom.tokenwise.pipeline import write_fits, write_kl
 
     s = sections()
@@ -119,8 +119,8 @@ def run_job(job: str, f: Path) -> None:
     elif job == "jacobians":
         names = ["L0.attn", "L0.mlp", "L1.attn", "L1.mlp"]
         out = {n: {k: f / "jac" / f"{n}.{k}" for k in ("npy", "groups", "json", "tsv")} for n in names}
-        pipeline.boundary_jacobians(get_adapter(models.load_model(f / "model")), store.ActivationStore(f / "store"),
-                                    names, out, dict(s["spectra"]), seed=0, weights=f / "model" / "model.safetensors")  # fmt: skip
+        boundary_jacobians(get_adapter(models.load_model(f / "model")), store.ActivationStore(f / "store"),
+                           names, out, dict(s["spectra"]), seed=0, weights=f / "model" / "model.safetensors")  # fmt: skip
     else:
         raise SystemExit(f"unknown job {job}")
 
@@ -147,7 +147,12 @@ def child_sequence(folder: str, d: int, n_windows: int) -> None:
     import torch
     import transformers.models.llama.modeling_llama  # noqa: F401  (imported before the first job is measured)
 
-    import layergeom.spectral.pipeline  # noqa: F401
+    import layergeom.spectral.jobs.common  # noqa: F401
+    import layergeom.spectral.jobs.convergence  # noqa: F401
+    import layergeom.spectral.jobs.cumulative  # noqa: F401
+    import layergeom.spectral.jobs.jacobians  # noqa: F401
+    import layergeom.spectral.jobs.schur  # noqa: F401
+    import layergeom.spectral.jobs.table  # noqa: F401
     import layergeom.tokenwise.fits  # noqa: F401
     import layergeom.tokenwise.kl  # noqa: F401
     from layergeom import models

@@ -103,7 +103,11 @@ def child(stage: str, folder: str, n: int, n_edge: int = 4) -> None:
     import pandas  # noqa: F401
     import scipy.linalg  # noqa: F401
 
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.common import BoundaryFiles
+    from layergeom.spectral.jobs.convergence import write_convergence
+    from layergeom.spectral.jobs.cumulative import write_cumulative
+    from layergeom.spectral.jobs.schur import write_schur, write_schur_chain, write_schur_prep
+    from layergeom.spectral.jobs.table import write_spectra
 
     base = current_rss_mb()  # after the imports (their transient peak may exceed it: small jobs read low)
     f = Path(folder)
@@ -112,37 +116,37 @@ def child(stage: str, folder: str, n: int, n_edge: int = 4) -> None:
         names = json.loads((f / "names.json").read_text())[:n]
 
         def files(bs):
-            return pipeline.BoundaryFiles(bs, [f / f"{b}.npy" for b in bs], [f / f"{b}.groups.npy" for b in bs],
-                                          [f / f"{b}.json" for b in bs])  # fmt: skip
+            return BoundaryFiles(bs, [f / f"{b}.npy" for b in bs], [f / f"{b}.groups.npy" for b in bs],
+                                 [f / f"{b}.json" for b in bs])  # fmt: skip
 
         out = f / f"{stage}.tsv"
         prep = [f / "prep" / f"{k}.npz" for k in range(len(names))]
         t = time.perf_counter()
         if stage == "spectra_table":
-            pipeline.write_spectra(files(names), out, f / "eig.tsv", sr_k=s["sr_k"], dtype=s["dtype"],
-                                   rank_tol=s["rank_tol"], ci_level=s["ci_level"], ci_method=s["ci_method"],
-                                   ci_blocks=s["ci_blocks"])  # fmt: skip
+            write_spectra(files(names), out, f / "eig.tsv", sr_k=s["sr_k"], dtype=s["dtype"],
+                          rank_tol=s["rank_tol"], ci_level=s["ci_level"], ci_method=s["ci_method"],
+                          ci_blocks=s["ci_blocks"])  # fmt: skip
         elif stage == "spectra_cumulative":
-            pipeline.write_cumulative(files(names), out, ci_level=s["ci_level"], ci_blocks=s["ci_blocks"])
+            write_cumulative(files(names), out, ci_level=s["ci_level"], ci_blocks=s["ci_blocks"])
         elif stage == "spectra_schur":
             kw = schur_kwargs(s)
-            pipeline.write_schur(files(names), out, dtype=kw.pop("dtype"), rank_tol=kw.pop("rank_tol"),
-                                 ci_level=s["ci_level"], ci_blocks=kw.pop("ci_blocks"),
-                                 ci_controls=kw.pop("ci_controls"), sr_k=s["sr_k"],
-                                 boundary_metrics=s["schur_boundary_metrics"], **kw)  # fmt: skip
+            write_schur(files(names), out, dtype=kw.pop("dtype"), rank_tol=kw.pop("rank_tol"),
+                        ci_level=s["ci_level"], ci_blocks=kw.pop("ci_blocks"),
+                        ci_controls=kw.pop("ci_controls"), sr_k=s["sr_k"],
+                        boundary_metrics=s["schur_boundary_metrics"], **kw)  # fmt: skip
         elif stage == "spectra_schur_prep":
             (f / "prep").mkdir(exist_ok=True)
             for k, name in enumerate(names):
-                pipeline.write_schur_prep(files([name]), prep[k].with_suffix(".pkl"), prep[k], first=k,
-                                          sr_k=s["sr_k"], boundary_metrics=s["schur_boundary_metrics"],
-                                          **schur_kwargs(s))  # fmt: skip
+                write_schur_prep(files([name]), prep[k].with_suffix(".pkl"), prep[k], first=k,
+                                 sr_k=s["sr_k"], boundary_metrics=s["schur_boundary_metrics"],
+                                 **schur_kwargs(s))  # fmt: skip
         elif stage.startswith("spectra_schur_chain:"):
             chain = stage.split(":", 1)[1]
-            pipeline.write_schur_chain(files(names), prep, [[b] for b in names], f / f"{chain}.pkl", chain=chain,
-                                       ci_level=s["ci_level"], **schur_kwargs(s))  # fmt: skip
+            write_schur_chain(files(names), prep, [[b] for b in names], f / f"{chain}.pkl", chain=chain,
+                              ci_level=s["ci_level"], **schur_kwargs(s))  # fmt: skip
         else:
-            pipeline.write_convergence(files(names), out, sizes=s["convergence_sizes"], n_edge=n_edge, sr_k=s["sr_k"],
-                                       dtype=s["dtype"], rank_tol=s["rank_tol"], ci_level=s["ci_level"])  # fmt: skip
+            write_convergence(files(names), out, sizes=s["convergence_sizes"], n_edge=n_edge, sr_k=s["sr_k"],
+                              dtype=s["dtype"], rank_tol=s["rank_tol"], ci_level=s["ci_level"])  # fmt: skip
     elif stage == "topology_graph":
         from layergeom.topology.communities import boundary_topology
 

@@ -1,4 +1,4 @@
-from layergeom.spectral.pipeline import gather_convergence
+from layergeom.spectral.jobs.convergence import gather_convergence
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

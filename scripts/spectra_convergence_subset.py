@@ -1,4 +1,5 @@
-from layergeom.spectral.pipeline import BoundaryFiles, write_convergence_subset
+from layergeom.spectral.jobs.common import BoundaryFiles
+from layergeom.spectral.jobs.convergence import write_convergence_subset
 from layergeom.workflow import job, job_device, snapshot_seconds
 
 sm = snakemake  # noqa: F821

@@ -1,4 +1,4 @@
-from layergeom.spectral.pipeline import gather_cumulative
+from layergeom.spectral.jobs.cumulative import gather_cumulative
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

@@ -1,4 +1,5 @@
-from layergeom.spectral.pipeline import BoundaryFiles, write_schur_chain
+from layergeom.spectral.jobs.common import BoundaryFiles
+from layergeom.spectral.jobs.schur import write_schur_chain
 from layergeom.workflow import job, job_device, snapshot_seconds
 
 sm = snakemake  # noqa: F821

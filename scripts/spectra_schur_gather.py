@@ -1,4 +1,4 @@
-from layergeom.spectral.pipeline import gather_schur
+from layergeom.spectral.jobs.schur import gather_schur
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

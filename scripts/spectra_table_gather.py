@@ -1,4 +1,4 @@
-from layergeom.spectral.pipeline import gather_spectra
+from layergeom.spectral.jobs.table import gather_spectra
 from layergeom.workflow import job
 
 sm = snakemake  # noqa: F821

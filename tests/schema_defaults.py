@@ -55,7 +55,7 @@ def schur_kw(**over) -> dict:
 
 
 def table_kw(*keys: str, **over) -> dict:
-    """The given ``spectra`` settings at their defaults, for the pipeline's writers (``write_spectra``...)."""
+    """The given ``spectra`` settings at their defaults, for the job writers (``spectral.jobs``: ``write_spectra``...)."""
     return {k: SPECTRA[k] for k in keys} | over
 
 

@@ -1,6 +1,7 @@
 """The spectra table fanned out over blocks of boundaries (spectra.boundaries_per_job): a part job per block
-and a gather write the same bytes as the one job per checkpoint (layergeom.spectral.pipeline), a killed part
-resumes from its snapshot, and the DAG has the parts and the gather only where the key asks for them."""
+and a gather write the same bytes as the one job per checkpoint (layergeom.spectral.jobs.table; the Schur
+surgery's jobs: .jobs.schur), a killed part resumes from its snapshot, and the DAG has the parts and the
+gather only where the key asks for them."""
 
 from __future__ import annotations
 
@@ -29,27 +30,27 @@ def _mats(names=NAMES):
 
 
 def _files(folder, names):
-    from layergeom.spectral.pipeline import BoundaryFiles
+    from layergeom.spectral.jobs.common import BoundaryFiles
 
     return BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
 
 
 def _fanned(folder, out, n, **kw):
     """spectra.tsv and eigenvalues.tsv through the parts of n boundaries and the gather (as the rules do)."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.table import gather_spectra, write_spectra_part
 
     blocks = [NAMES[i : i + n] for i in range(0, len(NAMES), n)]
     parts = [out.parent / "parts" / f"{k}.npz" for k in range(len(blocks))]
     for block, part in zip(blocks, parts):
-        pipeline.write_spectra_part(_files(folder, block), part, **KW | kw)
-    pipeline.gather_spectra(parts, NAMES, out / "spectra.tsv", out / "eigenvalues.tsv")
+        write_spectra_part(_files(folder, block), part, **KW | kw)
+    gather_spectra(parts, NAMES, out / "spectra.tsv", out / "eigenvalues.tsv")
     return parts
 
 
 def _single(folder, out, **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.table import write_spectra
 
-    pipeline.write_spectra(_files(folder, NAMES), out / "spectra.tsv", out / "eigenvalues.tsv", **KW | kw)
+    write_spectra(_files(folder, NAMES), out / "spectra.tsv", out / "eigenvalues.tsv", **KW | kw)
 
 
 def _bytes(out) -> dict[str, bytes]:
@@ -103,14 +104,14 @@ def test_parts_with_other_group_counts_are_refused_by_the_gather(tmp_path):
 
 
 def test_the_gather_refuses_parts_out_of_order_or_missing(jac, tmp_path):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.table import gather_spectra
 
     parts = _fanned(jac, tmp_path / "fan", 3)
     out = tmp_path / "bad"
     with pytest.raises(LayergeomError, match="in order"):
-        pipeline.gather_spectra([parts[1], parts[0], parts[2]], NAMES, out / "spectra.tsv", out / "eig.tsv")
+        gather_spectra([parts[1], parts[0], parts[2]], NAMES, out / "spectra.tsv", out / "eig.tsv")
     with pytest.raises(LayergeomError, match="in order"):
-        pipeline.gather_spectra(parts[:2], NAMES, out / "spectra.tsv", out / "eig.tsv")
+        gather_spectra(parts[:2], NAMES, out / "spectra.tsv", out / "eig.tsv")
     assert not out.exists() or not list(out.glob("*.tsv"))
 
 
@@ -119,22 +120,22 @@ SETUP = (
     KILL_AT_SNAPSHOT
     + """
 from pathlib import Path
-from layergeom.spectral import pipeline
+from layergeom.spectral.jobs.table import write_spectra_part
 from test_fanout import KW, _files
-pipeline.write_spectra_part(_files(Path({folder!r}), {block!r}), Path({part!r}), snapshot_s=0, **KW)
+write_spectra_part(_files(Path({folder!r}), {block!r}), Path({part!r}), snapshot_s=0, **KW)
 """
 )
 
 
 def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.table import gather_spectra, write_spectra_part
 
     _single(jac, tmp_path / "one")
     n, k = 3, 2  # the middle block (L1.mlp, L2.attn, L2.mlp), killed before its 2nd snapshot is written
     parts = [tmp_path / "fan" / "parts" / f"{b}.npz" for b in range(3)]
     blocks = [NAMES[i : i + n] for i in range(0, len(NAMES), n)]
     for b in (0, 2):
-        pipeline.write_spectra_part(_files(jac, blocks[b]), parts[b], snapshot_s=0, **KW)
+        write_spectra_part(_files(jac, blocks[b]), parts[b], snapshot_s=0, **KW)
     script = SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=k, folder=str(jac), block=blocks[1],
                           part=str(parts[1]))  # fmt: skip
     res = forked.run(script)
@@ -148,9 +149,9 @@ def test_a_killed_part_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):
         return real(self, done, state, force)
 
     monkeypatch.setattr(snapshots.Snapshots, "save", save)
-    pipeline.write_spectra_part(_files(jac, blocks[1]), parts[1], snapshot_s=0, **KW)
+    write_spectra_part(_files(jac, blocks[1]), parts[1], snapshot_s=0, **KW)
     assert calls == [2, 3]  # the saved first boundary was not computed again
-    pipeline.gather_spectra(parts, NAMES, tmp_path / "fan" / "spectra.tsv", tmp_path / "fan" / "eigenvalues.tsv")
+    gather_spectra(parts, NAMES, tmp_path / "fan" / "spectra.tsv", tmp_path / "fan" / "eigenvalues.tsv")
     assert _bytes(tmp_path / "fan") == _bytes(tmp_path / "one")
     assert not partial.exists()  # the work folder is gone
 
@@ -285,19 +286,19 @@ def _schur_cumulative(folder, out):
     """The checkpoint's cumulative.tsv (the Schur table's α = 1 rows), made once per folder."""
     from test_spectral import CUMULATIVE_KW
 
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.cumulative import write_cumulative
 
     path = out / "cumulative.tsv"
     if not path.exists():
         out.mkdir(parents=True, exist_ok=True)
-        pipeline.write_cumulative(_files(folder, NAMES), path, **CUMULATIVE_KW)
+        write_cumulative(_files(folder, NAMES), path, **CUMULATIVE_KW)
     return path
 
 
 def _schur_single(folder, out, **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import write_schur
 
-    pipeline.write_schur(_files(folder, NAMES), out / "schur.tsv", _schur_cumulative(folder, out), **SCHUR | kw)
+    write_schur(_files(folder, NAMES), out / "schur.tsv", _schur_cumulative(folder, out), **SCHUR | kw)
 
 
 def _schur_blocks(out, n):
@@ -311,14 +312,14 @@ def _schur_blocks(out, n):
 def _schur_chain_job(folder, out, n, name, snapshot_s=None, segment=None, job=None, siblings=None, **kw):
     """One chain job (as scripts/spectra_schur_chain.py calls it) over the preps of blocks of n boundaries: the
     chain `name`, or its `segment` (start, end) written as parts/schur/chains/{job}.npz."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import write_schur_chain
 
     s = SCHUR | kw
     blocks, _, arrays, chains = _schur_blocks(out, n)
     chain_kw = {k: s[k] for k in ("alphas", "seed", "orders", "order_alphas", "dtype", "rank_tol", "ci_level",
                                   "ci_blocks", "ci_controls")}  # fmt: skip
-    pipeline.write_schur_chain(_files(folder, NAMES), arrays, blocks, chains / f"{job or name}.npz", chain=name,
-                               segment=segment, snapshot_s=snapshot_s, siblings=siblings, **chain_kw)  # fmt: skip
+    write_schur_chain(_files(folder, NAMES), arrays, blocks, chains / f"{job or name}.npz", chain=name,
+                      segment=segment, snapshot_s=snapshot_s, siblings=siblings, **chain_kw)  # fmt: skip
 
 
 #: the prefix fraction the segment tests split their chains with (the rules take each class's from RATES)
@@ -338,7 +339,7 @@ def _schur_segment_jobs(name, segments):
 def _schur_fanned(folder, out, n, skip=(), segments=1, **kw):
     """schur.tsv through the prep of blocks of n boundaries, a job per chain or (`segments` > 1) per segment of
     one (but those in `skip`, done already) and the gather (as the rules do); returns the chain parts by job."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import gather_schur, write_schur_prep
     from layergeom.spectral.settings import schur_chain_name, schur_chains
 
     s = SCHUR | kw
@@ -347,16 +348,16 @@ def _schur_fanned(folder, out, n, skip=(), segments=1, **kw):
                                  "order_alphas", "ci_blocks", "ci_controls")}  # fmt: skip
     for k, block in enumerate(blocks):
         if not arrays[k].exists():
-            pipeline.write_schur_prep(_files(folder, block), preps[k], arrays[k], first=k * n, **prep_kw)
+            write_schur_prep(_files(folder, block), preps[k], arrays[k], first=k * n, **prep_kw)
     chains = {}
     for name in (schur_chain_name(c) for c in schur_chains(s["alphas"], s["orders"], order_alphas=s["order_alphas"])):
         for job, segment in _schur_segment_jobs(name, segments):
             if job not in skip:
                 _schur_chain_job(folder, out, n, name, segment=segment, job=job, **kw)
             chains[job] = folder_chains / f"{job}.npz"
-    pipeline.gather_schur(preps, list(chains.values()), NAMES, out / "schur.tsv", _schur_cumulative(folder, out),
-                          alphas=s["alphas"], orders=s["orders"], order_alphas=s["order_alphas"],
-                          segments=segments)  # fmt: skip
+    gather_schur(preps, list(chains.values()), NAMES, out / "schur.tsv", _schur_cumulative(folder, out),
+                 alphas=s["alphas"], orders=s["orders"], order_alphas=s["order_alphas"],
+                 segments=segments)  # fmt: skip
     return chains
 
 
@@ -386,7 +387,7 @@ def test_schur_prep_chains_and_gather_write_the_single_jobs_bytes(jac, tmp_path,
 
 
 def test_the_schur_gather_refuses_a_missing_chain_or_prep(jac, tmp_path):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import gather_schur
 
     chains = _schur_fanned(jac, tmp_path / "fan", 4)
     preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("[0-9].npz"))
@@ -394,9 +395,9 @@ def test_the_schur_gather_refuses_a_missing_chain_or_prep(jac, tmp_path):
     kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"],
           "cumulative": tmp_path / "fan" / "cumulative.tsv"}  # fmt: skip
     with pytest.raises(LayergeomError, match="not the chains"):
-        pipeline.gather_schur(preps, list(chains.values())[1:], NAMES, out, **kw)
+        gather_schur(preps, list(chains.values())[1:], NAMES, out, **kw)
     with pytest.raises(LayergeomError, match="in order"):
-        pipeline.gather_schur(preps[1:], list(chains.values()), NAMES, out, **kw)
+        gather_schur(preps[1:], list(chains.values()), NAMES, out, **kw)
     assert not out.exists()
 
 
@@ -423,7 +424,7 @@ def test_schur_chain_segments_write_the_single_jobs_bytes(jac, tmp_path, segment
 
 def test_the_schur_gather_refuses_a_missing_or_overlapping_segment(jac, tmp_path):
     from layergeom.parts import read_part, write_part
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import gather_schur
 
     chains = _schur_fanned(jac, tmp_path / "fan", 4, segments=3)
     preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("[0-9].npz"))
@@ -434,11 +435,11 @@ def test_the_schur_gather_refuses_a_missing_or_overlapping_segment(jac, tmp_path
     name = jobs[0].rsplit(".s", 1)[0]
     missing = [chains[j] for j in jobs if j != f"{name}.s1"]  # a gap between s0 and s2
     with pytest.raises(LayergeomError, match="gap") as err:
-        pipeline.gather_schur(preps, missing, NAMES, out, **kw)
+        gather_schur(preps, missing, NAMES, out, **kw)
     assert "\n" not in str(err.value)
     last = [chains[j] for j in jobs if j != f"{name}.s2"]  # the last depths missing
     with pytest.raises(LayergeomError, match="covering depths"):
-        pipeline.gather_schur(preps, last, NAMES, out, **kw)
+        gather_schur(preps, last, NAMES, out, **kw)
     s1 = read_part(chains[f"{name}.s1"], "schur_chain")  # s1 starting a depth early: an overlap with s0
     part = s1.data
     part["start"] -= 1
@@ -446,12 +447,12 @@ def test_the_schur_gather_refuses_a_missing_or_overlapping_segment(jac, tmp_path
     wide = tmp_path / "wide.npz"
     write_part(wide, "schur_chain", part, job=s1.job, inputs=[i["path"] for i in s1.inputs], settings=s1.settings)
     with pytest.raises(LayergeomError, match="overlap"):
-        pipeline.gather_schur(preps, [wide if p == chains[f"{name}.s1"] else p for p in chains.values()], NAMES,
-                              out, **kw)  # fmt: skip
+        gather_schur(preps, [wide if p == chains[f"{name}.s1"] else p for p in chains.values()], NAMES,
+                     out, **kw)  # fmt: skip
     with pytest.raises(LayergeomError, match="overlap"):  # a segment twice
-        pipeline.gather_schur(preps, [*chains.values(), chains[f"{name}.s0"]], NAMES, out, **kw)
+        gather_schur(preps, [*chains.values(), chains[f"{name}.s0"]], NAMES, out, **kw)
     with pytest.raises(LayergeomError, match="not 2 covering"):  # the config asks for another split
-        pipeline.gather_schur(preps, list(chains.values()), NAMES, out, **kw | {"segments": 2})
+        gather_schur(preps, list(chains.values()), NAMES, out, **kw | {"segments": 2})
     assert not out.exists()
 
 
@@ -488,7 +489,7 @@ def test_the_schur_gather_checks_each_chains_own_segment_count(jac, tmp_path):
     """spectra.chain_segments splits the chains by their cost (resources.schur_jobs.schur_chain_segments), so the
     gather is given each chain's count by name: the random orders as 3 segment jobs and the other chains as one job each
     give the single job's bytes; a chain whose parts are not its own count is refused, in one line."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import gather_schur
 
     one, out = tmp_path / "one", tmp_path / "fan"
     _schur_single(jac, one)
@@ -502,12 +503,12 @@ def test_the_schur_gather_checks_each_chains_own_segment_count(jac, tmp_path):
             parts.append(folder / f"{job}.npz")
     kw = {"alphas": SCHUR["alphas"], "orders": SCHUR["orders"], "order_alphas": SCHUR["order_alphas"],
           "cumulative": out / "cumulative.tsv"}  # fmt: skip
-    pipeline.gather_schur(preps, parts, NAMES, tmp_path / "mixed.tsv", segments=counts, **kw)
+    gather_schur(preps, parts, NAMES, tmp_path / "mixed.tsv", segments=counts, **kw)
     assert (tmp_path / "mixed.tsv").read_bytes() == (one / "schur.tsv").read_bytes()
     run = next(n for n in counts if counts[n] == 1)
     for wrong, match in ((counts | {run: 2}, "not 2 covering"), (1, "not 1 covering"), (3, "not 3 covering")):
         with pytest.raises(LayergeomError, match=match) as err:
-            pipeline.gather_schur(preps, parts, NAMES, tmp_path / "bad.tsv", segments=wrong, **kw)
+            gather_schur(preps, parts, NAMES, tmp_path / "bad.tsv", segments=wrong, **kw)
         assert "\n" not in str(err.value)
     assert not (tmp_path / "bad.tsv").exists()
 
@@ -710,7 +711,7 @@ _schur_chain_job(Path({folder!r}), Path({out!r}), {n}, {chain!r}, snapshot_s=0)
 def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypatch, chain):
     """A chain job (the random control with intervals, or a random order) killed with SIGKILL before its 3rd
     snapshot resumes after its 2nd boundary, and the gather writes the single job's bytes."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import write_schur_prep
 
     _schur_single(jac, tmp_path / "one")
     n, out = 3, tmp_path / "fan"
@@ -718,7 +719,7 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
     for k, block in enumerate(blocks):  # the preps, as _schur_fanned makes them
         kw = {k: SCHUR[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
                                     "order_alphas", "ci_blocks", "ci_controls")}  # fmt: skip
-        pipeline.write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
+        write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
     script = SCHUR_SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=3, folder=str(jac), out=str(out),
                                 n=n, chain=chain)  # fmt: skip
     res = forked.run(script)
@@ -742,13 +743,13 @@ def test_a_killed_schur_chain_resumes_from_its_snapshot(jac, tmp_path, monkeypat
 
 def _schur_preps(jac, out, n):
     """The prep jobs of blocks of n boundaries, as _schur_fanned makes them; returns _schur_blocks(out, n)."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import write_schur_prep
 
     blocks, preps, arrays, chains = _schur_blocks(out, n)
     kw = {k: SCHUR[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
                                 "order_alphas", "ci_blocks", "ci_controls")}  # fmt: skip
     for k, block in enumerate(blocks):
-        pipeline.write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
+        write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
     return blocks, preps, arrays, chains
 
 
@@ -781,7 +782,7 @@ def test_the_schur_gather_refuses_a_pickled_or_stale_part(jac, tmp_path):
     import pickle
 
     from layergeom.parts import read_part, write_part
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import gather_schur
 
     chains = _schur_fanned(jac, tmp_path / "fan", 4)
     preps = sorted((tmp_path / "fan" / "parts" / "schur" / "prep").glob("[0-9].npz"))
@@ -792,16 +793,16 @@ def test_the_schur_gather_refuses_a_pickled_or_stale_part(jac, tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(pickle.dumps({"chain": ["order", 0]}))
     with pytest.raises(LayergeomError, match="a pickle") as err:
-        pipeline.gather_schur(preps, [bad, *paths[1:]], NAMES, out, **kw)
+        gather_schur(preps, [bad, *paths[1:]], NAMES, out, **kw)
     assert str(bad) in str(err.value) and "\n" not in str(err.value)
     first = read_part(paths[0], "schur_chain")
     write_part(bad, "schur_chain", first.data, job=first.job, inputs=[i["path"] for i in first.inputs],
                settings=first.settings | {"seed": first.settings["seed"] + 1})  # fmt: skip
     with pytest.raises(LayergeomError, match="stale"):
-        pipeline.gather_schur(preps, [bad, *paths[1:]], NAMES, out, **kw)
+        gather_schur(preps, [bad, *paths[1:]], NAMES, out, **kw)
     with pytest.raises(LayergeomError, match="not an input of this table"):
-        pipeline.gather_schur(preps, paths, NAMES, out, **kw, inputs=[tmp_path / "elsewhere.npy"])
-    pipeline.gather_schur(preps, paths, NAMES, out, **kw, inputs=_files(jac, NAMES).paths())
+        gather_schur(preps, paths, NAMES, out, **kw, inputs=[tmp_path / "elsewhere.npy"])
+    gather_schur(preps, paths, NAMES, out, **kw, inputs=_files(jac, NAMES).paths())
     assert out.exists()
 
 
@@ -820,7 +821,7 @@ def test_a_killed_schur_chain_segment_resumes_from_its_snapshot(jac, tmp_path, m
     """A segment job over depths [4, 6) (the random control with intervals) killed with SIGKILL before its
     `kill`-th snapshot (in its prefix: after 1 advance; in its own steps: after 4 advances and a step) resumes
     after the last saved depth, and the gather of every chain's 3 segments writes the single job's bytes."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import write_schur_prep
 
     _schur_single(jac, tmp_path / "one")
     n, out, chain, segments = 3, tmp_path / "fan", "update_random_a0.5", 3
@@ -828,7 +829,7 @@ def test_a_killed_schur_chain_segment_resumes_from_its_snapshot(jac, tmp_path, m
     for k, block in enumerate(blocks):
         kw = {k: SCHUR[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
                                     "order_alphas", "ci_blocks", "ci_controls")}  # fmt: skip
-        pipeline.write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
+        write_schur_prep(_files(jac, block), preps[k], arrays[k], first=k * n, **kw)
     jobs = _schur_segment_jobs(chain, segments)
     job, segment = jobs[1]
     assert segment == (4, 6)  # (0, 4), (4, 6), (6, 7) at PREFIX_FRACTION: a prefix of 4 depths, 2 own
@@ -888,14 +889,14 @@ _schur_prep_job(Path({folder!r}), Path({out!r}), {n}, {k_block}, snapshot_s=0)
 
 def _schur_prep_job(folder, out, n, k, snapshot_s=None, **kw):
     """Block k's prep job (as scripts/spectra_schur_prep.py calls it)."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.schur import write_schur_prep
 
     s = SCHUR | kw
     blocks, preps, arrays, _ = _schur_blocks(out, n)
     prep_kw = {k: s[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
                                  "order_alphas", "ci_blocks", "ci_controls")}  # fmt: skip
-    pipeline.write_schur_prep(_files(folder, blocks[k]), preps[k], arrays[k], first=k * n, snapshot_s=snapshot_s,
-                              **prep_kw)  # fmt: skip
+    write_schur_prep(_files(folder, blocks[k]), preps[k], arrays[k], first=k * n, snapshot_s=snapshot_s,
+                     **prep_kw)  # fmt: skip
 
 
 def test_a_killed_schur_prep_resumes_from_its_snapshot(jac, tmp_path, monkeypatch):

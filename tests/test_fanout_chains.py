@@ -1,7 +1,7 @@
 """cumulative.tsv and convergence.tsv fanned out (spectra.boundaries_per_job, as the table): a job per variant's
 chain and a job per subset size, each with a gather, write the same bytes as the one job per checkpoint
-(layergeom.spectral.pipeline); a killed variant or subset job resumes from its snapshot; the DAG has the jobs
-only where the key asks for them, with their own resources (layergeom.resources)."""
+(layergeom.spectral.jobs.cumulative and .convergence); a killed variant or subset job resumes from its snapshot;
+the DAG has the jobs only where the key asks for them, with their own resources (layergeom.resources)."""
 
 from __future__ import annotations
 
@@ -31,28 +31,28 @@ def _bytes(path) -> bytes:
 
 # ---- cumulative: a job per variant and a gather -----------------------------------------------------------
 def _cum_single(folder, out, **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.cumulative import write_cumulative
 
-    pipeline.write_cumulative(_files(folder, NAMES), out / "cumulative.tsv", **CUMULATIVE_KW | kw)
+    write_cumulative(_files(folder, NAMES), out / "cumulative.tsv", **CUMULATIVE_KW | kw)
 
 
 def _cum_variant(folder, out, variant, snapshot_s=None, **kw):
     """One variant's job (as scripts/spectra_cumulative_variant.py calls it)."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.cumulative import write_cumulative_variant
 
-    pipeline.write_cumulative_variant(_files(folder, NAMES), out / "parts" / "cumulative" / f"{variant}.npz",
-                                      variant=variant, snapshot_s=snapshot_s, **CUMULATIVE_KW | kw)  # fmt: skip
+    write_cumulative_variant(_files(folder, NAMES), out / "parts" / "cumulative" / f"{variant}.npz",
+                             variant=variant, snapshot_s=snapshot_s, **CUMULATIVE_KW | kw)  # fmt: skip
 
 
 def _cum_fanned(folder, out, skip=(), **kw):
-    from layergeom.spectral import pipeline
     from layergeom.spectral.cumulative import VARIANTS
+    from layergeom.spectral.jobs.cumulative import gather_cumulative
 
     for v in VARIANTS:
         if v not in skip:
             _cum_variant(folder, out, v, **kw)
     parts = [out / "parts" / "cumulative" / f"{v}.npz" for v in VARIANTS]
-    pipeline.gather_cumulative(parts, NAMES, out / "cumulative.tsv")
+    gather_cumulative(parts, NAMES, out / "cumulative.tsv")
     return parts
 
 
@@ -78,41 +78,41 @@ def test_variant_jobs_and_gather_write_the_single_jobs_cumulative_bytes(jac, tmp
 
 
 def test_the_cumulative_gather_refuses_a_missing_or_reordered_variant(jac, tmp_path):  # noqa: F811
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.cumulative import gather_cumulative
 
     parts = _cum_fanned(jac, tmp_path / "fan")
     out = tmp_path / "bad" / "cumulative.tsv"
     with pytest.raises(LayergeomError, match="in order"):
-        pipeline.gather_cumulative(parts[::-1], NAMES, out)
+        gather_cumulative(parts[::-1], NAMES, out)
     with pytest.raises(LayergeomError, match="in order"):
-        pipeline.gather_cumulative(parts[:1], NAMES, out)
+        gather_cumulative(parts[:1], NAMES, out)
     with pytest.raises(LayergeomError, match="not the checkpoint's"):
-        pipeline.gather_cumulative(parts, NAMES[:-1], out)
+        gather_cumulative(parts, NAMES[:-1], out)
     old = tmp_path / "old.pkl"  # a part of another version (or kind)
     old.write_bytes(pickle.dumps({"kind": "cumulative", "format": 0}))
     with pytest.raises(LayergeomError, match="not a cumulative part"):
-        pipeline.gather_cumulative([parts[0], old], NAMES, out)
+        gather_cumulative([parts[0], old], NAMES, out)
     with pytest.raises(ValueError, match="unknown cumulative variant"):
         _cum_variant(jac, tmp_path / "x", "residual")
     assert not out.exists()
 
 
 def test_cumulative_parts_with_other_group_counts_are_refused(jac, tmp_path):  # noqa: F811
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.cumulative import gather_cumulative
 
     other = _with_counts(tmp_path, np.array([4, 6] * 4))
     _cum_variant(jac, tmp_path / "fan", "update")
     _cum_variant(other, tmp_path / "fan", "full")
     parts = [tmp_path / "fan" / "parts" / "cumulative" / f"{v}.npz" for v in ("update", "full")]
     with pytest.raises(LayergeomError, match="group_counts .* differ from"):
-        pipeline.gather_cumulative(parts, NAMES, tmp_path / "fan" / "cumulative.tsv")
+        gather_cumulative(parts, NAMES, tmp_path / "fan" / "cumulative.tsv")
 
 
 # ---- convergence: a job per subset size and a gather ----------------------------------------------------
 def _conv_single(folder, out, **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import write_convergence
 
-    pipeline.write_convergence(_files(folder, NAMES), out / "convergence.tsv", **CONV | kw)
+    write_convergence(_files(folder, NAMES), out / "convergence.tsv", **CONV | kw)
 
 
 def _conv_part(out, k):
@@ -121,20 +121,20 @@ def _conv_part(out, k):
 
 def _conv_subset(folder, out, k, snapshot_s=None, **kw):
     """Subset k's job (as scripts/spectra_convergence_subset.py calls it)."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import write_convergence_subset
 
-    pipeline.write_convergence_subset(_files(folder, NAMES), _conv_part(out, k), subset=k, snapshot_s=snapshot_s,
-                                      **CONV | kw)  # fmt: skip
+    write_convergence_subset(_files(folder, NAMES), _conv_part(out, k), subset=k, snapshot_s=snapshot_s,
+                             **CONV | kw)  # fmt: skip
 
 
 def _conv_fanned(folder, out, n, skip=(), **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import gather_convergence
 
     for k in range(n):
         if k not in skip:
             _conv_subset(folder, out, k, **kw)
     parts = [_conv_part(out, k) for k in range(n)]
-    pipeline.gather_convergence(parts, NAMES, out / "convergence.tsv")
+    gather_convergence(parts, NAMES, out / "convergence.tsv")
     return parts
 
 
@@ -147,7 +147,7 @@ def test_subset_jobs_and_gather_write_the_single_jobs_convergence_bytes(jac, tmp
     """The 8 groups of the Jacobian files give the default sizes 2, 3, 5, 8: a job each (the rows of a size
     are its own arithmetic); an index past the sizes (the config's n_groups allows more than the Jacobian
     job's G gives) writes no rows; one group: no sizes, the single job's empty table."""
-    from layergeom.spectral.pipeline import convergence_sizes
+    from layergeom.spectral.settings import convergence_sizes
 
     folder = jac
     if over == "one-group":
@@ -163,20 +163,20 @@ def test_subset_jobs_and_gather_write_the_single_jobs_convergence_bytes(jac, tmp
 
 
 def test_the_convergence_gather_refuses_missing_or_reordered_subsets(jac, tmp_path):  # noqa: F811
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import gather_convergence
 
     parts = _conv_fanned(jac, tmp_path / "fan", 4)
     out = tmp_path / "bad" / "convergence.tsv"
     with pytest.raises(LayergeomError, match="not subset 0"):
-        pipeline.gather_convergence(parts[1:] + parts[:1], NAMES, out)
+        gather_convergence(parts[1:] + parts[:1], NAMES, out)
     with pytest.raises(LayergeomError, match="3 convergence parts for the sizes"):
-        pipeline.gather_convergence(parts[:3], NAMES, out)
+        gather_convergence(parts[:3], NAMES, out)
     with pytest.raises(LayergeomError, match="not subset 0"):
-        pipeline.gather_convergence(parts, NAMES[1:], out)
+        gather_convergence(parts, NAMES[1:], out)
     other = _with_counts(tmp_path, np.array([4, 6] * 4))
     _conv_subset(other, tmp_path / "other", 1)
     with pytest.raises(LayergeomError, match="group_counts .* differ from"):
-        pipeline.gather_convergence([parts[0], _conv_part(tmp_path / "other", 1), *parts[2:]], NAMES, out)
+        gather_convergence([parts[0], _conv_part(tmp_path / "other", 1), *parts[2:]], NAMES, out)
     assert not out.exists()
 
 
@@ -293,7 +293,7 @@ def test_boundaries_per_job_fans_out_cumulative_and_convergence(tmp_path, n):
 
     from layergeom.names import boundaries_for
     from layergeom.spectral.cumulative import VARIANTS
-    from layergeom.spectral.pipeline import convergence_sizes
+    from layergeom.spectral.settings import convergence_sizes
 
     names = boundaries_for("gpt2", 2)
     jobs = _jobs(tmp_path, {"spectra": {"boundaries_per_job": n}})

@@ -87,9 +87,9 @@ def spectra_parts(jac, tmp_path):  # noqa: F811
 
 
 def _gather(written, out, inputs):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.table import gather_spectra
 
-    pipeline.gather_spectra(written, NAMES, out / "spectra.tsv", out / "eigenvalues.tsv", inputs=inputs)
+    gather_spectra(written, NAMES, out / "spectra.tsv", out / "eigenvalues.tsv", inputs=inputs)
 
 
 def _refused(written, tmp_path, inputs, match):
@@ -159,10 +159,10 @@ def test_a_part_whose_inputs_changed_is_stale(jac, tmp_path, spectra_parts):  # 
 
 
 def test_parts_computed_with_other_settings_are_stale(jac, tmp_path, spectra_parts):  # noqa: F811
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.table import write_spectra_part
 
     written, inputs = spectra_parts
-    pipeline.write_spectra_part(_files(jac, NAMES[3:6]), written[1], **KW | {"ci_level": 0.9})
+    write_spectra_part(_files(jac, NAMES[3:6]), written[1], **KW | {"ci_level": 0.9})
     _refused(written, tmp_path, inputs, r"1\.npz is stale: computed with other settings than .*0\.npz \(ci_level")
 
 
@@ -255,9 +255,9 @@ SETUP = (
     KILL_AT_SNAPSHOT
     + """
 from pathlib import Path
-from layergeom.spectral import pipeline
+from layergeom.spectral.jobs.table import write_spectra_part
 from test_fanout import KW, _files
-pipeline.write_spectra_part(_files(Path({folder!r}), {block!r}), Path({part!r}), snapshot_s=0, **KW)
+write_spectra_part(_files(Path({folder!r}), {block!r}), Path({part!r}), snapshot_s=0, **KW)
 """
 )
 
@@ -266,7 +266,7 @@ def test_a_killed_parts_work_goes_when_the_settings_no_longer_have_it(jac, tmp_p
     """Blocks of 2 boundaries: block 2 (L2.attn, L2.mlp) is killed after its first snapshot (its snapshot and lock
     stay in parts/.partial/); then spectra.boundaries_per_job 4 (blocks 0 and 1 only): the first part job removes
     block 2's work, and the gather writes the one job's bytes."""
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.table import gather_spectra, write_spectra_part
 
     fan = tmp_path / "fan" / "parts"
     script = SETUP.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=2, folder=str(jac),
@@ -278,10 +278,10 @@ def test_a_killed_parts_work_goes_when_the_settings_no_longer_have_it(jac, tmp_p
     blocks = [NAMES[0:4], NAMES[4:7]]
     new = [fan / f"{k}.npz" for k in range(2)]
     for block, part in zip(blocks, new):
-        pipeline.write_spectra_part(_files(jac, block), part, snapshot_s=0, siblings=new, **KW)
+        write_spectra_part(_files(jac, block), part, snapshot_s=0, siblings=new, **KW)
     assert not partial.exists()  # block 2's snapshot and lock removed, the new parts' own work cleared
     _single(jac, tmp_path / "one")
-    pipeline.gather_spectra(new, NAMES, tmp_path / "out" / "spectra.tsv", tmp_path / "out" / "eigenvalues.tsv")
+    gather_spectra(new, NAMES, tmp_path / "out" / "spectra.tsv", tmp_path / "out" / "eigenvalues.tsv")
     assert _bytes(tmp_path / "out") == _bytes(tmp_path / "one")
 
 
@@ -289,7 +289,7 @@ def test_a_killed_variants_work_stays_for_its_own_rerun(jac, tmp_path):  # noqa:
     """The work of a job the settings still have is its own: a sibling's start leaves it, and it resumes."""
     from test_fanout_chains import CUMULATIVE_KW, _cum_variant
 
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.cumulative import write_cumulative_variant
 
     out = tmp_path / "fan" / "parts" / "cumulative"
     script = (KILL_AT_SNAPSHOT + """
@@ -299,8 +299,8 @@ _cum_variant(Path({folder!r}), Path({out!r}), "full", snapshot_s=0)
 """).format(src=str(ROOT / "src"), tests=str(ROOT / "tests"), k=2, folder=str(jac), out=str(tmp_path / "fan"))  # fmt: skip
     assert forked.run(script).returncode == -signal.SIGKILL
     siblings = [out / "update.npz", out / "full.npz"]
-    pipeline.write_cumulative_variant(_files(jac, NAMES), siblings[0], variant="update", snapshot_s=0,
-                                      siblings=siblings, **CUMULATIVE_KW)  # fmt: skip
+    write_cumulative_variant(_files(jac, NAMES), siblings[0], variant="update", snapshot_s=0,
+                             siblings=siblings, **CUMULATIVE_KW)  # fmt: skip
     assert (out / work_folder.PARTIAL / "cumulative_full.snapshot.npz").exists()
     _cum_variant(jac, tmp_path / "fan", "full", snapshot_s=0)
     assert not (out / work_folder.PARTIAL).exists()

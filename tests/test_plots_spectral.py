@@ -100,11 +100,11 @@ def test_convergence_figures_with_one_group_or_one_window_say_so(tmp_path):
     from test_spectral import CONVERGENCE_KW, nonnormal, write_boundary_files
 
     from layergeom.io import read_tsv
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import write_convergence
 
     mats = {f"L{i}.attn": nonnormal(6, seed=i) / 3 for i in range(2)}
     files = write_boundary_files(tmp_path, mats, G=1)
-    pipeline.write_convergence(files, tmp_path / "conv.tsv", **CONVERGENCE_KW | {"n_edge": 1, "sr_k": 2})
+    write_convergence(files, tmp_path / "conv.tsv", **CONVERGENCE_KW | {"n_edge": 1, "sr_k": 2})
     assert len(read_tsv(tmp_path / "conv.tsv")) == 0
     fig = plots.plot_convergence({"c": read_tsv(tmp_path / "conv.tsv")}, "M")
     assert "one sample group" in " ".join(t.get_text() for ax in fig.axes for t in ax.texts)

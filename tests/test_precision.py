@@ -50,7 +50,7 @@ def runs(tmp_path_factory):
     """The tiny llama materialised in each dtype (same seed), its activations, J̄_b and tokenwise numbers."""
     from schema_defaults import SEED
 
-    from layergeom.spectral.pipeline import boundary_jacobians
+    from layergeom.spectral.jobs.jacobians import boundary_jacobians
     from layergeom.tokenwise.pipeline import fit_layer, kl_checkpoint
 
     tcfg = {**lgconfig.validate({"models": {"m": dict(TINY["llama"], checkpoints={"c": {}})}})["tokenwise"]}

@@ -172,38 +172,39 @@ def _boundary_files(folder):
 
 
 def _files_of(folder):
-    from layergeom.spectral.pipeline import BoundaryFiles
+    from layergeom.spectral.jobs.common import BoundaryFiles
 
     names = json.loads((folder / "names.json").read_text())
     return BoundaryFiles(names, *([folder / f"{n}.{e}" for n in names] for e in ("npy", "groups.npy", "json")))
 
 
 def _spectra(folder, out, **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.table import write_spectra
 
-    pipeline.write_spectra(_files_of(folder), out, out.with_suffix(".eig.tsv"), **SPECTRA_KW | {"sr_k": 2} | kw)
+    write_spectra(_files_of(folder), out, out.with_suffix(".eig.tsv"), **SPECTRA_KW | {"sr_k": 2} | kw)
 
 
 def _cumulative(folder, out, **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.cumulative import write_cumulative
 
-    pipeline.write_cumulative(_files_of(folder), out, **CUMULATIVE_KW | kw)
+    write_cumulative(_files_of(folder), out, **CUMULATIVE_KW | kw)
 
 
 def _schur(folder, out, alphas=(0, 0.5, 1), **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.cumulative import write_cumulative
+    from layergeom.spectral.jobs.schur import write_schur
 
     over = {"alphas": list(alphas), "sr_k": 2, "ci_controls": ["none", "random"]}
     cumulative = Path(folder).parent / f"{Path(folder).name}.cumulative.tsv"  # its α = 1 rows, beside the J̄
     if not cumulative.exists():
-        pipeline.write_cumulative(_files_of(folder), cumulative, **CUMULATIVE_KW)
-    pipeline.write_schur(_files_of(folder), out, cumulative, **SCHUR_KW | over | kw)
+        write_cumulative(_files_of(folder), cumulative, **CUMULATIVE_KW)
+    write_schur(_files_of(folder), out, cumulative, **SCHUR_KW | over | kw)
 
 
 def _convergence(folder, out, **kw):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import write_convergence
 
-    pipeline.write_convergence(_files_of(folder), out, **CONVERGENCE_KW | {"n_edge": 2, "sr_k": 2} | kw)
+    write_convergence(_files_of(folder), out, **CONVERGENCE_KW | {"n_edge": 2, "sr_k": 2} | kw)
 
 
 def _kl_inputs():

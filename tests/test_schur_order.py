@@ -19,7 +19,7 @@ from conftest import ROOT
 from schema_defaults import schur_surgery, spectral_metrics, tol
 from test_spectral import product_eranks
 
-from layergeom.spectral import cumulative, schur, spectra
+from layergeom.spectral import cumulative, schur_basis, spectra
 
 EPS = np.finfo(np.float64).eps
 
@@ -74,15 +74,15 @@ def test_canonical_order_rule_on_given_eigenvalues():
     """|λ| descending; equal moduli by |arg λ| ascending; a pair adjacent, Im > 0 first; zero modes keep order."""
     w = np.exp(1j * np.pi / 3)
     lam = np.array([-2.0, 2 * np.conj(w), 2.0, 2 * w, 0.5, 1e-9, 3e-10j, -3e-10j])
-    order = schur.canonical_order(lam, 5)
+    order = schur_basis.canonical_order(lam, 5)
     np.testing.assert_array_equal(order, [2, 3, 1, 0, 4, 5, 6, 7])
     # a pair whose moduli differ in the last bits stays together, even around a real eigenvalue between them
     a = complex(0.6, 0.8) * (1 + 4 * EPS)
     b = np.conj(a) * (1 - 4 * EPS)
     mid = (abs(a) + abs(b)) / 2
-    np.testing.assert_array_equal(schur.canonical_order(np.array([b, mid, a]), 3), [2, 0, 1])
+    np.testing.assert_array_equal(schur_basis.canonical_order(np.array([b, mid, a]), 3), [2, 0, 1])
     # a complex matrix has no pairs: every eigenvalue is its own unit (equal |λ| and |arg λ|: Im > 0 first)
-    np.testing.assert_array_equal(schur.canonical_order(np.array([-1j, 2.0, 1j]), 3, real=False), [1, 2, 0])
+    np.testing.assert_array_equal(schur_basis.canonical_order(np.array([-1j, 2.0, 1j]), 3, real=False), [1, 2, 0])
 
 
 @pytest.mark.parametrize("kind", ["full", "low_rank"])
@@ -90,7 +90,7 @@ def test_schur_form_is_in_the_canonical_order_and_still_j(kind):
     d = 24
     J = nonnormal(d, 3) if kind == "full" else low_rank(d, 8, 4)
     eig = spectral_metrics(J, tol=tol(d))
-    form = schur.schur_form(J, tol(d), n_modes=eig["n_modes"])
+    form = schur_basis.schur_form(J, tol(d), n_modes=eig["n_modes"])
     r = form.n_nonzero
     assert r == (d if kind == "full" else 8)
     T = np.diag(form.lam) + form.N
@@ -115,7 +115,7 @@ def test_reorder_schur_moves_the_diagonal_and_keeps_the_matrix():
     J = g.standard_normal((d, d)) + 1j * g.standard_normal((d, d))
     T, Q = scipy.linalg.schur(J, output="complex")
     perm = g.permutation(d)
-    T2, Q2 = schur.reorder_schur(T.copy(), Q.copy(), perm)
+    T2, Q2 = schur_basis.reorder_schur(T.copy(), Q.copy(), perm)
     np.testing.assert_array_equal(np.diag(T2), np.diag(T)[perm])  # swaps move eigenvalues bit for bit
     assert not np.tril(T2, -1).any()
     np.testing.assert_allclose(Q2 @ T2 @ Q2.conj().T, J, atol=d * EPS * np.linalg.norm(J) * 4)
@@ -125,10 +125,10 @@ def test_reorder_schur_moves_the_diagonal_and_keeps_the_matrix():
 def test_permuted_basis_and_its_lapack_fallback():
     d = 12
     J = nonnormal(d, 8)
-    form = schur.schur_form(J, tol(d))
-    sampler = schur.OrderSampler(form)
+    form = schur_basis.schur_form(J, tol(d))
+    sampler = schur_basis.OrderSampler(form)
     T11 = sampler.T11
-    for perm in schur.random_orders(d, 3, seed=1, index=0):
+    for perm in schur_basis.random_orders(d, 3, seed=1, index=0):
         Z = sampler.basis(perm)
         U = Z.conj().T @ T11 @ Z
         assert np.linalg.norm(np.tril(U, -1)) <= d * EPS * np.linalg.norm(T11)
@@ -137,8 +137,8 @@ def test_permuted_basis_and_its_lapack_fallback():
     # eigenvectors off by more than rounding (as those of nearly defective eigenvalues are): the Q factor
     # fails its backward-error check, and LAPACK's swaps take over
     Ybad = sampler.Y + 1e-7 * (rng(2).standard_normal((d, d)) + 1j * rng(3).standard_normal((d, d)))
-    perm = schur.random_orders(d, 1, seed=4, index=0)[0]
-    assert schur.permuted_basis(T11, Ybad, perm) is None
+    perm = schur_basis.random_orders(d, 1, seed=4, index=0)[0]
+    assert schur_basis.permuted_basis(T11, Ybad, perm) is None
     sampler.Y = Ybad
     Z = sampler.basis(perm)
     U = Z.conj().T @ T11 @ Z
@@ -162,7 +162,7 @@ def test_erank_at_random_orders_matches_lapack_sorted_schur_forms():
     for bi, J in enumerate(mats.values()):
         lam_np = np.linalg.eigvals(J)
         canon = lam_np[stated_order(lam_np, d)]
-        g = np.random.default_rng([seed, bi, schur.ORDER_STREAM])
+        g = np.random.default_rng([seed, bi, schur_basis.ORDER_STREAM])
         for k in range(K):
             lam_k = canon[g.permutation(d)]
             W = schur_vectors_by_sorting(J, lam_k)
@@ -201,7 +201,7 @@ def test_spread_brackets_the_canonical_order_when_every_order_is_drawn():
     d, r, K, seed = 5, 3, 40, 2
     mats = {f"L{i}.attn": low_rank(d, r, 30 + i, 0.8) for i in range(3)}
     for bi in range(len(mats)):
-        drawn = {tuple(p) for p in schur.random_orders(r, K, seed, bi)}
+        drawn = {tuple(p) for p in schur_basis.random_orders(r, K, seed, bi)}
         assert len(drawn) == 6  # every order of the three modes (the test's premise, checked)
     t = schur_surgery(mats, alphas=[0, 0.5, 1], seed=seed, sr_k=2, orders=K, boundary_metrics="none",
                       order_alphas=[0, 0.5])  # fmt: skip
@@ -254,7 +254,7 @@ def test_eigenvalue_metrics_are_spectra_tsv_values_at_every_alpha():
     J = mats["L1.mlp"]
     row, _ = spectra.spectra_row("L1.mlp", J, 1, sr_k=4, tol=tol(d))
     assert 0.9 < row["sigma_max"] < 1.5
-    form = schur.schur_form(J, tol(d), n_modes=row["n_modes"])
+    form = schur_basis.schur_form(J, tol(d), n_modes=row["n_modes"])
     tri = np.diag(form.lam) + 0.5 * form.N
     alone = spectral_metrics(tri, sr_k=4, dec=spectra.decompose(tri, eigvals=form.lam))
     assert alone["frac_complex"] != row["frac_complex"]

@@ -9,7 +9,7 @@ import scipy.linalg
 import scipy.stats
 from schema_defaults import SEED, SPECTRA, schur_surgery, spectral_metrics, table_kw, tol
 
-from layergeom.spectral import cumulative, intervals, linear, schur, spectra
+from layergeom.spectral import cumulative, intervals, linear, schur, schur_basis, spectra
 
 
 def rng(seed=0):
@@ -40,7 +40,7 @@ def random_orthogonal(d, seed=0):
 
 # ---- the workflow's paths, called as its table jobs call them (without files) --------------------------------
 def spectra_rows(mats: dict, n_samples: int, sr_k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """spectra.tsv without intervals and the eigenvalue table, as ``pipeline.write_spectra`` builds them."""
+    """spectra.tsv without intervals and the eigenvalue table, as ``jobs.table.write_spectra`` builds them."""
     rows, eig = [], []
     for name, J in mats.items():
         row, dec = spectra.spectra_row(name, J, n_samples, sr_k=sr_k, tol=tol(len(J)))
@@ -50,7 +50,7 @@ def spectra_rows(mats: dict, n_samples: int, sr_k: int) -> tuple[pd.DataFrame, p
 
 
 def spectra_row_with_intervals(name, J, n_samples, D, weights, sr_k):
-    """One spectra.tsv row with its intervals, as ``pipeline.write_spectra`` builds it."""
+    """One spectra.tsv row with its intervals, as ``jobs.table.write_spectra`` builds it."""
     t = tol(len(J))
     row, dec = spectra.spectra_row(name, J, n_samples, sr_k=sr_k, tol=t)
     return row | linear.spectra_intervals(J, dec, row, D, weights, tol=t, ci_level=SPECTRA["ci_level"],
@@ -58,7 +58,7 @@ def spectra_row_with_intervals(name, J, n_samples, D, weights, sr_k):
 
 
 def cumulative_table(mats: dict, variants=cumulative.VARIANTS, deviations=None, weights=None) -> pd.DataFrame:
-    """cumulative.tsv, as ``pipeline.write_cumulative`` composes it (``cumulative_rows``)."""
+    """cumulative.tsv, as ``jobs.cumulative.write_cumulative`` composes it (``cumulative_rows``)."""
     steps = ((b, J, None if deviations is None else deviations[b]) for b, J in mats.items())
     return cumulative.cumulative_rows(steps, variants, weights=weights, ci_level=SPECTRA["ci_level"])
 
@@ -209,7 +209,7 @@ def schur_interpolate(form, alpha: float):
 
 def test_schur_alpha_one_reproduces_and_alpha_zero_is_normal():
     J = nonnormal()
-    form = schur.schur_form(J, tol(len(J)))
+    form = schur_basis.schur_form(J, tol(len(J)))
     assert np.allclose(np.tril(form.N), 0)
     np.testing.assert_allclose(schur_interpolate(form, 1.0), J, atol=1e-12)
     J0 = schur_interpolate(form, 0.0)
@@ -241,7 +241,7 @@ def test_schur_surgery_table_against_independent_paths():
         cum = cumulative_table(mats, [v])
         np.testing.assert_allclose(own["erank"], cum["erank"], rtol=1e-9)
     # the full variant composes I + J(α): its α=0 product by hand
-    forms = [schur.schur_form(J, tol(len(J))) for J in mats.values()]
+    forms = [schur_basis.schur_form(J, tol(len(J))) for J in mats.values()]
     C = np.eye(8)
     for f in forms:
         C = (np.eye(8) + f.normal_part) @ C
@@ -282,7 +282,7 @@ def test_schur_surgery_table_against_independent_paths():
 def test_schur_form_of_a_real_matrix_is_scipy_complex_schur():
     J = nonnormal(6, seed=9)
     T, Q = scipy.linalg.schur(J.astype(complex), output="complex")
-    form = schur.schur_form(J, tol(len(J)))
+    form = schur_basis.schur_form(J, tol(len(J)))
     np.testing.assert_allclose(form.Q @ (np.diag(form.lam) + form.N) @ form.Q.conj().T, J, atol=1e-12)
     np.testing.assert_allclose(np.abs(form.lam), np.sort(np.abs(np.diag(T)))[::-1], atol=1e-12)  # |λ| descending
 
@@ -559,12 +559,13 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     d = 10
     J = nonnormal(d, seed=4) / 3
     D = rng(2).standard_normal((1, d, d))
-    form = schur.schur_form(J, tol(len(J)))
-    tan = schur.schur_tangent(form, J, D)
+    form = schur_basis.schur_form(J, tol(len(J)))
+    tan = schur_basis.schur_tangent(form, J, D)
     h = 1e-6
-    fd = (schur.schur_form(J + h * D[0], tol(d)).normal_part - schur.schur_form(J - h * D[0], tol(d)).normal_part) / (
-        2 * h
-    )
+    fd = (
+        schur_basis.schur_form(J + h * D[0], tol(d)).normal_part
+        - schur_basis.schur_form(J - h * D[0], tol(d)).normal_part
+    ) / (2 * h)
     np.testing.assert_allclose(tan.dJ0[0], fd, atol=1e-4 * np.abs(fd).max())
 
     # the random control R' = Q_c N' Q_cᴴ in its canonical basis (phases and zero block fixed by J̄ and the seed):
@@ -573,12 +574,14 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     g = rng(9)
     low = g.standard_normal((d, 4)) @ g.standard_normal((4, d)) / d  # rank 4, non-normal
     for M0, Dk in ((J, D[0]), (low, g.standard_normal((d, d)) / d)):
-        b = schur.SurgeryBoundary(J=M0, form=schur.schur_form(M0, tol(d)), seed=5, index=2)
+        b = schur.SurgeryBoundary(J=M0, form=schur_basis.schur_form(M0, tol(d)), seed=5, index=2)
 
         def control(M, n=b.form.n_nonzero):  # the tangent holds the modes fixed: so does the difference
-            return schur.SurgeryBoundary(J=M, form=schur.schur_form(M, tol(len(M)), n_modes=n), seed=5, index=2).R_rand
+            return schur.SurgeryBoundary(
+                J=M, form=schur_basis.schur_form(M, tol(len(M)), n_modes=n), seed=5, index=2
+            ).R_rand
 
-        t = schur.schur_tangent(b.form, M0, Dk[None], keep_rotation=True)
+        t = schur_basis.schur_tangent(b.form, M0, Dk[None], keep_rotation=True)
         fd = (control(M0 + h * Dk) - control(M0 - h * Dk)) / (2 * h)
         lin = schur.control_tangent(b, t)[0]
         np.testing.assert_allclose(lin, fd, atol=1e-4 * np.abs(fd).max())
@@ -589,7 +592,7 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     Q2 = b.form.Q * ph[None]
     Q2[:, 4:] = Q2[:, 4:] @ U
     T2 = Q2.conj().T @ low @ Q2
-    other = schur.SchurForm(Q=Q2, lam=np.diag(T2).copy(), N=np.triu(T2, 1), n_nonzero=4)
+    other = schur_basis.SchurForm(Q=Q2, lam=np.diag(T2).copy(), N=np.triu(T2, 1), n_nonzero=4)
     again = schur.SurgeryBoundary(J=low, form=other, seed=5, index=2).R_rand
     np.testing.assert_allclose(again, b.R_rand, atol=1e-12 * np.abs(b.R_rand).max())
     assert np.abs(schur.SurgeryBoundary(J=low, form=other, seed=6, index=2).R_rand - b.R_rand).max() > 1e-3
@@ -603,7 +606,7 @@ def test_schur_tangent_matches_finite_differences_and_freezes_the_zero_block():
     J = Q @ T @ Q.conj().T
     lam = np.diag(T)
     n = int(spectra.nonzero_modes(lam, tol(d)).sum())
-    T2, Q2 = schur.reorder_schur(T, Q, schur.canonical_order(lam, n, real=False))
+    T2, Q2 = schur_basis.reorder_schur(T, Q, schur_basis.canonical_order(lam, n, real=False))
     assert n == r and np.all(np.abs(np.diag(T2)[:r]) > 0.5) and np.all(np.abs(np.diag(T2)[r:]) < 1e-9)
     np.testing.assert_allclose(Q2 @ T2 @ Q2.conj().T, J, atol=1e-10)
     assert np.allclose(np.tril(T2, -1), 0)
@@ -662,7 +665,7 @@ CONVERGENCE_KW = table_kw("sr_k", "dtype", "rank_tol", "ci_level") | {
 def write_boundary_files(folder, mats, G=8, n=5, sigma=0.2, seed=0, counts=None):
     import json
 
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.common import BoundaryFiles
 
     g = rng(seed)
     counts = np.full(G, n) if counts is None else counts
@@ -676,26 +679,29 @@ def write_boundary_files(folder, mats, G=8, n=5, sigma=0.2, seed=0, counts=None)
                                                        "group_counts": list(map(int, counts))}))  # fmt: skip
         for k, ext in (("npy", "npy"), ("groups", "groups.npy"), ("meta", "json")):
             paths[k].append(folder / f"{b}.{ext}")
-    return pipeline.BoundaryFiles(list(mats), paths["npy"], paths["groups"], paths["meta"])
+    return BoundaryFiles(list(mats), paths["npy"], paths["groups"], paths["meta"])
 
 
 def test_table_writers_from_files(tmp_path):
     from layergeom.io import read_tsv
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import write_convergence
+    from layergeom.spectral.jobs.cumulative import write_cumulative
+    from layergeom.spectral.jobs.schur import write_schur
+    from layergeom.spectral.jobs.table import write_spectra
 
     mats = {f"L{i}.{k}": nonnormal(6, seed=10 * i + j) / 3 for i in range(3) for j, k in enumerate(("attn", "mlp"))}
     files = write_boundary_files(tmp_path, mats)
-    t = pipeline.write_spectra(files, tmp_path / "spectra.tsv", tmp_path / "eig.tsv", **SPECTRA_KW, sr_k=2)
+    t = write_spectra(files, tmp_path / "spectra.tsv", tmp_path / "eig.tsv", **SPECTRA_KW, sr_k=2)
     back = read_tsv(tmp_path / "spectra.tsv")
     cols = ["boundary", "layer", "kind", "n_samples", "numerical_rank", *spectra.METRICS]
     assert list(back.columns[: len(cols)]) == cols and (back["n_samples"] == 40).all()
     for m in ("cond", "self_realign", "henrici", "frac_expansive", "frac_complex", "erank"):
         assert (back[f"{m}_ci_low"] <= back[m] + 1e-12).all() and (back[m] <= back[f"{m}_ci_high"] + 1e-12).all()
     assert set(read_tsv(tmp_path / "eig.tsv").columns) >= {"boundary", "real", "imag", "nonzero", "complex"}
-    cum = pipeline.write_cumulative(files, tmp_path / "cumulative.tsv", **CUMULATIVE_KW)
+    cum = write_cumulative(files, tmp_path / "cumulative.tsv", **CUMULATIVE_KW)
     assert {"erank_ci_low", "erank_ci_high"} <= set(cum.columns) and cum["erank_ci_low"].notna().all()
-    sch = pipeline.write_schur(files, tmp_path / "schur.tsv", tmp_path / "cumulative.tsv",
-                               **SCHUR_KW | {"alphas": [0, 0.5, 1], "sr_k": 2})  # fmt: skip
+    sch = write_schur(files, tmp_path / "schur.tsv", tmp_path / "cumulative.tsv",
+                      **SCHUR_KW | {"alphas": [0, 0.5, 1], "sr_k": 2})  # fmt: skip
     assert set(sch["variant"]) == {"update", "full"}
     # α = 1 with the own N is J̄ itself: its rows are cumulative.tsv's, to the bit (the same products)
     one = sch[(sch["alpha"] == 1) & (sch["control"] == "none")].sort_values(["variant", "depth"])
@@ -706,10 +712,10 @@ def test_table_writers_from_files(tmp_path):
     own = sch[sch["control"] == "none"]
     assert own["erank_ci_low"].notna().all()
     assert sch[(sch["control"] == "random") & (sch["alpha"] > 0)]["erank_ci_low"].isna().all()  # default: own N
-    both = pipeline.write_schur(files, tmp_path / "schur2.tsv", tmp_path / "cumulative.tsv",
-                                **SCHUR_KW | {"alphas": [0.5], "sr_k": 2, "ci_controls": ["none", "random"]})  # fmt: skip
+    both = write_schur(files, tmp_path / "schur2.tsv", tmp_path / "cumulative.tsv",
+                       **SCHUR_KW | {"alphas": [0.5], "sr_k": 2, "ci_controls": ["none", "random"]})  # fmt: skip
     assert both["erank_ci_low"].notna().all() and (both["erank_ci_low"] <= both["erank"]).all()
-    conv = pipeline.write_convergence(files, tmp_path / "convergence.tsv", **CONVERGENCE_KW | {"n_edge": 2, "sr_k": 2})
+    conv = write_convergence(files, tmp_path / "convergence.tsv", **CONVERGENCE_KW | {"n_edge": 2, "sr_k": 2})
     assert list(conv.columns[:5]) == ["metric", "n_samples", "value", "ci_low", "ci_high"]
     assert (conv.groupby("metric")["n_samples"].nunique() >= 4).all()  # ≥ 4 nested sizes per metric
     full = conv[conv["n_samples"] == conv["n_samples"].max()].set_index("metric")["value"]
@@ -723,18 +729,19 @@ def test_table_writers_from_files(tmp_path):
     from layergeom.runtime import LayergeomError
 
     with pytest.raises(LayergeomError, match="group_counts"):
-        pipeline.write_cumulative(bad, tmp_path / "x.tsv", **CUMULATIVE_KW)
+        write_cumulative(bad, tmp_path / "x.tsv", **CUMULATIVE_KW)
 
 
 def test_convergence_reads_each_boundarys_group_means_once_and_keeps_the_sizes_apart(tmp_path):
     from layergeom.io import read_tsv
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.common import BoundaryFiles
+    from layergeom.spectral.jobs.convergence import write_convergence
 
     mats = {f"L{i}.{k}": nonnormal(6, seed=10 * i + j) / 3 for i in range(3) for j, k in enumerate(("attn", "mlp"))}
     files = write_boundary_files(tmp_path, mats)
     reads = []
 
-    class Counting(pipeline.BoundaryFiles):
+    class Counting(BoundaryFiles):
         def groups(self, name):
             reads.append(name)
             return super().groups(name)
@@ -742,12 +749,12 @@ def test_convergence_reads_each_boundarys_group_means_once_and_keeps_the_sizes_a
     counting = Counting(files.names, *([files._npy[n] for n in files.names], [files._groups[n] for n in files.names],
                                        [files._meta[n] for n in files.names]))  # fmt: skip
     kw = CONVERGENCE_KW | {"n_edge": 2, "sr_k": 2, "sizes": [2, 4, 8]}
-    conv = pipeline.write_convergence(counting, tmp_path / "all.tsv", **kw)
+    conv = write_convergence(counting, tmp_path / "all.tsv", **kw)
     assert sorted(reads) == sorted(files.names)  # once per boundary for all three subset sizes
     assert sorted(set(conv["n_groups"])) == [2, 4, 8]
     whole = read_tsv(tmp_path / "all.tsv")
     for S in (2, 8):  # each size's rows as a job of that size alone: the chains of the sizes stay apart
-        one = pipeline.write_convergence(files, tmp_path / f"s{S}.tsv", **kw | {"sizes": [S]})
+        one = write_convergence(files, tmp_path / f"s{S}.tsv", **kw | {"sizes": [S]})
         assert len(one) and read_tsv(tmp_path / f"s{S}.tsv").equals(
             whole[whole["n_groups"] == S].reset_index(drop=True)
         )
@@ -760,7 +767,7 @@ def test_boundary_jacobians_write_group_means_that_average_to_the_mean(tmp_path)
     from conftest import tiny_model
 
     from layergeom.adapters import get_adapter
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.jacobians import boundary_jacobians
     from layergeom.store import ActivationStore, dump_activations
 
     ad = get_adapter(tiny_model("llama"))
@@ -770,7 +777,7 @@ def test_boundary_jacobians_write_group_means_that_average_to_the_mean(tmp_path)
     files = {"npy": "npy", "tsv": "tsv", "groups": "groups.npy", "json": "json"}
     outs = {n: {k: tmp_path / f"{n}.{e}" for k, e in files.items()} for n in names}
     settings = {"n_samples": 8, "n_groups": 3, "samples": "last"}
-    pipeline.boundary_jacobians(ad, ActivationStore(tmp_path / "acts"), names, outs, settings, seed=SEED)
+    boundary_jacobians(ad, ActivationStore(tmp_path / "acts"), names, outs, settings, seed=SEED)
     for n in names:
         J, groups = np.load(outs[n]["npy"]), np.load(outs[n]["groups"])
         meta = json.loads(outs[n]["json"].read_text())
@@ -782,18 +789,21 @@ def test_boundary_jacobians_write_group_means_that_average_to_the_mean(tmp_path)
 
 
 def test_one_sample_group_gives_nan_intervals_not_a_crash(tmp_path):
-    from layergeom.spectral import pipeline
+    from layergeom.spectral.jobs.convergence import write_convergence
+    from layergeom.spectral.jobs.cumulative import write_cumulative
+    from layergeom.spectral.jobs.schur import write_schur
+    from layergeom.spectral.jobs.table import write_spectra
 
     mats = {f"L{i}.attn": nonnormal(5, seed=i) / 3 for i in range(3)}
     files = write_boundary_files(tmp_path, mats, G=1)
-    t = pipeline.write_spectra(files, tmp_path / "s.tsv", **SPECTRA_KW, sr_k=2)
+    t = write_spectra(files, tmp_path / "s.tsv", **SPECTRA_KW, sr_k=2)
     assert t["erank_ci_low"].isna().all() and t["erank"].notna().all()
-    c = pipeline.write_cumulative(files, tmp_path / "c.tsv", **CUMULATIVE_KW)
+    c = write_cumulative(files, tmp_path / "c.tsv", **CUMULATIVE_KW)
     assert list(c.columns[:6]) == ["variant", "depth", "boundary", "erank", "erank_ci_low", "erank_ci_high"]
     assert c["erank_ci_low"].isna().all()
-    u = pipeline.write_schur(files, tmp_path / "u.tsv", tmp_path / "c.tsv", **SCHUR_KW | {"alphas": [0, 1], "sr_k": 2})
+    u = write_schur(files, tmp_path / "u.tsv", tmp_path / "c.tsv", **SCHUR_KW | {"alphas": [0, 1], "sr_k": 2})
     assert u["erank_ci_low"].isna().all()
-    assert len(pipeline.write_convergence(files, tmp_path / "v.tsv", **CONVERGENCE_KW | {"sr_k": 2})) == 0
+    assert len(write_convergence(files, tmp_path / "v.tsv", **CONVERGENCE_KW | {"sr_k": 2})) == 0
 
 
 def test_repeated_alphas_are_refused_by_the_schema_and_stepped_once_by_the_code():

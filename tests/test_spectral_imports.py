@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT
 
 SRC = ROOT / "src" / "layergeom"
-SPECTRAL = sorted((SRC / "spectral").glob("*.py"))
+SPECTRAL = sorted((SRC / "spectral").rglob("*.py"))  # with the stages' jobs (spectral/jobs/)
 HEAVY = ("torch", "transformers")
 
 
@@ -80,7 +80,7 @@ def rule_breaches(text: str, module: str) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("path", SPECTRAL, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SPECTRAL, ids=lambda p: str(p.relative_to(SRC / "spectral")))
 def test_no_function_level_import_but_for_heavy_dependencies(path):
     assert rule_breaches(path.read_text(), _module_name(path)) == []
 
@@ -108,6 +108,6 @@ def test_the_trends_module_imports_without_torch():
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(SRC.parent)})
 
 
-@pytest.mark.parametrize("name", [p.stem for p in SPECTRAL if p.stem != "__init__"])
+@pytest.mark.parametrize("name", [_module_name(p) for p in SPECTRAL if p.stem != "__init__"])
 def test_every_spectral_module_imports_alone(name):
-    importlib.import_module(f"layergeom.spectral.{name}")
+    importlib.import_module(name)

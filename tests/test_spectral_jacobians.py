@@ -23,8 +23,8 @@ from layergeom.models import random_from_config
 from layergeom.resume import work_folder
 from layergeom.runtime import LayergeomError
 from layergeom.spectral import jacobians as jac
-from layergeom.spectral import pipeline
 from layergeom.spectral import structured as st
+from layergeom.spectral.jobs.jacobians import SUMMARY_COLUMNS, boundary_jacobians, resume_key
 from layergeom.store import ActivationStore, dump_activations
 
 MODE = SPECTRA["autodiff"]  # the autodiff mode of the Jacobian job
@@ -351,7 +351,7 @@ def test_boundary_jacobians_from_store(tmp_path, llama_store, context, samples, 
     outs = outputs_for(names, tmp_path / "jac")
     cfg = {"n_samples": 8, "samples": samples, "context": context, "method": method, "n_groups": 2,
            "summary_samples": 6, "chunk_size": 3}  # fmt: skip
-    res = pipeline.boundary_jacobians(ad, store, names, outs, cfg, seed=SEED)
+    res = boundary_jacobians(ad, store, names, outs, cfg, seed=SEED)
     assert not (tmp_path / "jac" / work_folder.PARTIAL).exists()
     T = windows.shape[1]
     rows = jac.select_samples(5, T, 8, samples, SEED)
@@ -388,7 +388,7 @@ def test_boundary_jacobians_from_store(tmp_path, llama_store, context, samples, 
         np.testing.assert_allclose(J, ref.mean(0).numpy(), atol=2e-5 * scale)
         np.testing.assert_allclose(G[1], ref[in_second].mean(0).numpy(), atol=2e-5 * scale)
         tab = pd.read_csv(outs[n]["tsv"], sep="\t")
-        assert list(tab.columns) == pipeline.SUMMARY_COLUMNS and len(tab) == min(6, len(rows))
+        assert list(tab.columns) == SUMMARY_COLUMNS and len(tab) == min(6, len(rows))
         np.testing.assert_array_equal(tab["window"], win[tab["sample"]])
         np.testing.assert_array_equal(tab["position"], pos[tab["sample"]])
         sel = ref[torch.as_tensor(np.array(tab["sample"]))]
@@ -426,23 +426,23 @@ def test_resume_after_an_exception(tmp_path, llama_store, monkeypatch):
     ad, _, store = llama_store
     names = [b.name for b in ad.boundaries]
     whole = outputs_for(names, tmp_path / "whole")
-    pipeline.boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
+    boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
 
     outs = outputs_for(names, tmp_path / "jac")
     calls = _count_calls(monkeypatch, fail_after=2)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
+        boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     assert calls == names[:2] and not any(Path(p).exists() for o in outs.values() for p in o.values())
     calls = _count_calls(monkeypatch)
-    pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
+    boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     assert calls == names[2:]  # only the unfinished boundaries were computed
     assert _files(outs) == _files(whole)  # byte for byte what an uninterrupted run writes
     # finished boundaries of other settings are not reused
     _count_calls(monkeypatch, fail_after=1)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
+        boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     calls = _count_calls(monkeypatch)
-    pipeline.boundary_jacobians(ad, store, names, outs, {**CFG, "summary_samples": 3}, seed=SEED)
+    boundary_jacobians(ad, store, names, outs, {**CFG, "summary_samples": 3}, seed=SEED)
     assert calls == names
 
 
@@ -454,11 +454,11 @@ def test_resume_redoes_a_boundary_whose_kept_files_do_not_match_their_marker(tmp
     ad, _, store = llama_store
     names = [b.name for b in ad.boundaries]
     whole = outputs_for(names, tmp_path / "whole")
-    pipeline.boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
+    boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
     outs = outputs_for(names, tmp_path / "jac")
     _count_calls(monkeypatch, fail_after=3)
     with pytest.raises(RuntimeError, match="injected"):
-        pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
+        boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     work = tmp_path / "jac" / work_folder.PARTIAL
     a, b = work / f"{names[0]}.npy", work / f"{names[1]}.npy"
     if damage == "truncated":
@@ -470,7 +470,7 @@ def test_resume_redoes_a_boundary_whose_kept_files_do_not_match_their_marker(tmp
         redone = names[:2]
     calls = _count_calls(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="layergeom"):
-        pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
+        boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     assert calls == redone + names[3:]
     assert f"{names[0]}.npy " in caplog.text and "redoing it" in caplog.text
     assert _files(outs) == _files(whole)
@@ -482,17 +482,13 @@ def test_jacobian_resume_key_names_the_machine(llama_store):
 
     ad, _, store = llama_store
     cfg = jac.JacobianSettings.from_config(CFG)
-    key = pipeline.resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
-    assert key == pipeline.resume_key(
-        store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads())
-    )
-    assert key != pipeline.resume_key(
-        store, "L0.attn", cfg, 0, "w", machine_id("cuda:0", torch_threads=torch.get_num_threads())
-    )
+    key = resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
+    assert key == resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads()))
+    assert key != resume_key(store, "L0.attn", cfg, 0, "w", machine_id("cuda:0", torch_threads=torch.get_num_threads()))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(threads + 1)
-        assert key != pipeline.resume_key(
+        assert key != resume_key(
             store, "L0.attn", cfg, 0, "w", machine_id("cpu", torch_threads=torch.get_num_threads())
         )
     finally:
@@ -504,7 +500,8 @@ import os, signal, sys
 sys.path[:0] = [{src!r}, {tests!r}]
 from conftest import tiny_model
 from layergeom.adapters import get_adapter
-from layergeom.spectral import jacobians as jac, pipeline
+from layergeom.spectral import jacobians as jac
+from layergeom.spectral.jobs.jacobians import boundary_jacobians
 from layergeom.store import ActivationStore
 real, done = jac.boundary_jacobian, []
 def wrapped(adapter, b, *args, **kwargs):
@@ -517,7 +514,7 @@ ad = get_adapter(tiny_model("llama"))
 names = [b.name for b in ad.boundaries]
 ext = {{"npy": "npy", "groups": "groups.npy", "json": "json", "tsv": "tsv"}}
 outs = {{n: {{k: os.path.join({out!r}, n + "." + e) for k, e in ext.items()}} for n in names}}
-pipeline.boundary_jacobians(ad, ActivationStore({store!r}), names, outs, {cfg!r}, seed={seed!r})
+boundary_jacobians(ad, ActivationStore({store!r}), names, outs, {cfg!r}, seed={seed!r})
 """
 
 
@@ -535,13 +532,13 @@ def test_resume_after_sigkill(tmp_path, llama_store, monkeypatch):
     assert len(list(partial.glob("*.done.json"))) == k
     calls = _count_calls(monkeypatch)
     outs = outputs_for(names, out)
-    pipeline.boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
+    boundary_jacobians(ad, store, names, outs, CFG, seed=SEED)
     assert calls == names[k:]  # only the unfinished boundaries were computed
     for name, data in kept.items():  # the finished ones were moved into place untouched
         if name.split(".")[0] + "." + name.split(".")[1] in names[:k]:
             assert (out / name).read_bytes() == data, name
     whole = outputs_for(names, tmp_path / "whole")
-    pipeline.boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
+    boundary_jacobians(ad, store, names, whole, CFG, seed=SEED)
     for n in names:  # everything equals an uninterrupted run (up to another process's float32 rounding)
         a, b = np.load(outs[n]["npy"]), np.load(whole[n]["npy"])
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max())
@@ -559,7 +556,7 @@ def test_token_dependent_jacobians_from_store(tmp_path, context):
     files = {"npy": "npy", "groups": "groups.npy", "json": "json", "tsv": "tsv"}
     outs = {n: {k: tmp_path / "jac" / f"{n}.{s}" for k, s in files.items()} for n in names}
     settings = {"n_samples": 4, "samples": "last", "context": context, "chunk_size": 3, "n_groups": 2}
-    pipeline.boundary_jacobians(ad, ActivationStore(tmp_path / "acts"), names, outs, settings, seed=SEED)
+    boundary_jacobians(ad, ActivationStore(tmp_path / "acts"), names, outs, settings, seed=SEED)
     ids = torch.as_tensor(windows)
     cap = ad.capture(ids)
     for n in names:

@@ -3,7 +3,7 @@
 Every table is TSV (docs/outputs.md): one header line, tabs, ``.`` as decimal point, ``nan`` for undefined
 values, booleans as ``true``/``false``, floats at full precision (the shortest text that reads back to the
 same float64), written atomically. Every figure is saved as PNG and PDF at one resolution.
-The maths modules return arrays and DataFrames; the ``pipeline`` modules call these.
+The maths modules return arrays and DataFrames; the job modules (``pipeline``, ``spectral.jobs``) call these.
 
 No table is written with a value that comes from an overflow (``check_finite``, applied by ``write_tsv``):
 

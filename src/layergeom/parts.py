@@ -16,8 +16,8 @@ format, another job's inputs) or *stale* (its inputs changed since it was writte
 table, other settings than the others'). Snakemake remakes a part that is not there, so the remedy is always
 to remove it and rerun.
 
-Writers: ``spectral.pipeline.write_spectra_part``, ``write_cumulative_variant``, ``write_convergence_subset``;
-readers: their gathers. This module imports no torch.
+Writers (``spectral.jobs``): ``table.write_spectra_part``, ``cumulative.write_cumulative_variant``,
+``convergence.write_convergence_subset``; readers: their gathers. This module imports no torch.
 """
 
 from __future__ import annotations

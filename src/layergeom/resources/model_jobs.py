@@ -195,7 +195,7 @@ def tokenwise_kl_mem_mb(dims: dict | None, **kw) -> int:
     return _torch_mb(tokenwise_kl_bytes(dims, **kw))
 
 
-# -- the mean Jacobians (spectral.pipeline.boundary_jacobians: one boundary at a time) --
+# -- the mean Jacobians (spectral.jobs.jacobians.boundary_jacobians: one boundary at a time) --
 def jacobian_sample_count(n_windows: int, window_tokens: int, spectra: dict) -> tuple[int, int]:
     """(samples N, sample windows) of the Jacobian job (``jacobians.select_samples``): the first
     min(n_windows, spectra.n_samples) windows' non-BOS tokens (``samples: all``), their last tokens (``last``), or
