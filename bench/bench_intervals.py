@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 from harness import RESULTS, default_seed, parser, processor, save_boundary, schema_defaults, seconds, write_text
-from layergeom.layergeom.spectral.jobs.common import BoundaryFiles
-from layergeom.layergeom.spectral.jobs.convergence import write_convergence
-from layergeom.layergeom.spectral.jobs.cumulative import write_cumulative
-from layergeom.layergeom.spectral.jobs.schur import write_schur
-from layergeom.layergeom.spectral.jobs.table import write_spectra
 
 from layergeom.io import read_tsv
 from layergeom.spectral import intervals
 from layergeom.spectral.cumulative import cumulative_rows
+from layergeom.spectral.jobs.common import BoundaryFiles
+from layergeom.spectral.jobs.convergence import write_convergence
+from layergeom.spectral.jobs.cumulative import write_cumulative
+from layergeom.spectral.jobs.schur import write_schur
+from layergeom.spectral.jobs.table import write_spectra
 from layergeom.spectral.schur import schur_surgery
 from layergeom.spectral.spectra import rank_tolerance, spectra_row
 

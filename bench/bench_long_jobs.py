@@ -61,7 +61,6 @@ import numpy as np
 import scipy.linalg
 from bench_topology import synthetic_states  # the signed factor model of bench/bench_topology.py
 from harness import RESULTS, ROOT, Run, Seconds, log, machine, machine_info, mean, parser, timed, with_cpu, write_text
-from layergeom.layergeom.spectral.settings import convergence_sizes
 from long_jobs_plan import ATTN_FLOOR, MODELS, markdown, read, render, summarise, totals, write
 
 from layergeom import config as lgconfig
@@ -80,7 +79,7 @@ from layergeom.spectral.schur import (
     step_chain,
     wants_interval,
 )
-from layergeom.spectral.settings import schur_alphas, schur_chains, schur_order_alphas
+from layergeom.spectral.settings import convergence_sizes, schur_alphas, schur_chains, schur_order_alphas
 from layergeom.spectral.spectra import (
     decompose,
     eigenvalue_frame,

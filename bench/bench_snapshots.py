@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 from harness import RESULTS, default_seed, machine_info, save_boundary, schema_defaults, timed, write_json, write_text
-from layergeom.layergeom.spectral.jobs.common import BoundaryFiles
-from layergeom.layergeom.spectral.jobs.convergence import write_convergence
-from layergeom.layergeom.spectral.jobs.cumulative import write_cumulative
-from layergeom.layergeom.spectral.jobs.schur import write_schur
-from layergeom.layergeom.spectral.jobs.table import write_spectra
 
 from layergeom.resume import snapshots
+from layergeom.spectral.jobs.common import BoundaryFiles
+from layergeom.spectral.jobs.convergence import write_convergence
+from layergeom.spectral.jobs.cumulative import write_cumulative
+from layergeom.spectral.jobs.schur import write_schur
+from layergeom.spectral.jobs.table import write_spectra
 
 WIDTHS = (128, 256)
 PAPERS_D = 4096

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 from harness import ROOT, parser
-from layergeom.layergeom.spectral.jobs.common import BoundaryFiles
-from layergeom.layergeom.spectral.jobs.convergence import write_convergence
-from layergeom.layergeom.spectral.jobs.cumulative import write_cumulative
-from layergeom.layergeom.spectral.jobs.schur import write_schur
 from table_agreement import compare
 
 from layergeom import config as lgconfig
+from layergeom.spectral.jobs.common import BoundaryFiles
+from layergeom.spectral.jobs.convergence import write_convergence
+from layergeom.spectral.jobs.cumulative import write_cumulative
+from layergeom.spectral.jobs.schur import write_schur
 
 
 def files_of(folder: Path) -> BoundaryFiles:

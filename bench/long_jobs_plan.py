@@ -13,12 +13,11 @@ from pathlib import Path
 
 import numpy as np
 from harness import ROOT, write_json, write_text  # bench/harness.py (src/ on sys.path)
-from layergeom.layergeom.spectral.settings import convergence_sizes
 
 from layergeom import config as lgconfig
 from layergeom.resources import schur_jobs
 from layergeom.spectral.convergence import VARIANTS
-from layergeom.spectral.settings import schur_chains, schur_order_alphas
+from layergeom.spectral.settings import convergence_sizes, schur_chains, schur_order_alphas
 
 #: Paper B's models in config/papers.yaml
 MODELS = ("llama-3.1-8b", "olmo-3-7b", "gemma-4-e4b")

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from harness import ROOT, parser
-from layergeom.layergeom.spectral.jobs.common import BoundaryFiles
-from layergeom.layergeom.spectral.jobs.table import write_spectra
 
 from layergeom import config as lgconfig
+from layergeom.spectral.jobs.common import BoundaryFiles
+from layergeom.spectral.jobs.table import write_spectra
 
 
 def recompute(folder: Path, spectra: dict, out: Path, device: str = "cpu") -> pd.DataFrame:
