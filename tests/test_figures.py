@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from conftest import TEST_CONFIG  # noqa: E402
 
-from layergeom.io import overlapping_texts  # noqa: E402
+from layergeom.io import overlapping_texts, save_figure  # noqa: E402
 
 pytest_plugins = ["lg_runs"]
 
@@ -35,3 +35,24 @@ def test_no_figure_of_the_test_run_has_overlapping_text(reference_run):
     found = [f"{p.relative_to(reference_run)}: {line.strip()}" for p in logs for line in p.read_text().splitlines()
              if "overlapping text" in line]  # fmt: skip
     assert not found, "\n".join(found)
+
+
+def test_a_figure_drawn_again_has_the_same_bytes(tmp_path, monkeypatch):
+    """PNG and PDF carry no date of drawing: the same figure saved at two different times is byte-identical (PDF's
+    CreationDate would differ by the clock, moved a day on between the two saves)."""
+    import time as _time
+
+    def draw(folder):
+        folder.mkdir()
+        fig, ax = plt.subplots()
+        ax.plot([0, 1, 2], [1, 0, 2], label="x")
+        ax.legend()
+        save_figure(fig, folder / "f.png", folder / "f.pdf")
+
+    draw(tmp_path / "a")
+    real = _time.time
+    monkeypatch.setattr(_time, "time", lambda: real() + 86400)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(int(real()) + 86400))
+    draw(tmp_path / "b")
+    for name in ("f.png", "f.pdf"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

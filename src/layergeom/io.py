@@ -187,10 +187,17 @@ def overlapping_texts(fig, tol_px: float = 1.0) -> list[tuple[str, str]]:
     return [(texts[a][0].get_text(), texts[b][0].get_text()) for a, b in zip(i, j)]
 
 
+#: matplotlib's per-format metadata that would stamp the time of drawing into the file (PDF's CreationDate,
+#: SVG's Date): None leaves it out
+FIGURE_METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
+
+
 def save_figure(fig, *paths: str | os.PathLike) -> None:
     """Save one matplotlib figure to every path (format from the suffix: PNG, PDF) atomically, then close it.
 
-    Texts that overlap once drawn (labels running into each other) are logged as a warning naming them.
+    Texts that overlap once drawn (labels running into each other) are logged as a warning naming them. The
+    formats' date stamps are left out (``FIGURE_METADATA``), so a figure comes back with the same bytes when it is
+    drawn again from the same tables.
     """
     import matplotlib.pyplot as plt
 
@@ -198,5 +205,6 @@ def save_figure(fig, *paths: str | os.PathLike) -> None:
         log.warning("figure %s: overlapping text %r and %r", Path(paths[0]).name, a, b)
     for path in paths:
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=str(path).rsplit(".", 1)[-1], dpi=FIGURE_DPI, bbox_inches="tight")
+            fmt = str(path).rsplit(".", 1)[-1]
+            fig.savefig(tmp, format=fmt, dpi=FIGURE_DPI, bbox_inches="tight", metadata=FIGURE_METADATA.get(fmt))
     plt.close(fig)
