@@ -67,16 +67,27 @@ def config_spectra(out: dict) -> dict:
     return lgconfig.model_section(config, MODELS[0], "spectra")
 
 
+def advance_seconds(chains: dict, base: str) -> float:
+    """The advance-only step of a chain of `base` (``advance_s``): an order's is at least its reordered normal
+    part J₀^π (``order_s["basis"]``, timed apart; the advance forms it too), its products' share per measured
+    order α, as bench/resources_rates.py anchors RATES' ``advance_order``."""
+    adv = chains.get("advance_s", {})[base]
+    if base != "order" or "order_s" not in chains:
+        return adv
+    basis = chains["order_s"]["basis"]
+    return basis + max(0.0, adv - basis) / max(1, len(chains.get("order_alphas") or [0.0]))
+
+
 def chain_segment_jobs(chains: dict, segments: list[tuple[str, str, tuple[int, int]]]) -> list[float]:
     """Seconds of each Schur chain job at the measured speeds: per chain job (class, base, (start, end)) of
-    ``config_chain_segments``, the advance-only step of its base (``advance_s``) × start + its class's full step
-    × (end − start)."""
+    ``config_chain_segments``, the advance-only step of its base (``advance_seconds``) × start + its class's full
+    step × (end − start)."""
     adv = chains.get("advance_s", {})
     out = []
     for cls, base, (start, end) in segments:
         if start and base not in adv:
             raise SystemExit(f"no advance-only timing of the {base} chains: run --jobs schur_chains first")
-        out.append(start * adv.get(base, 0.0) + (end - start) * chains["step_s"][cls])
+        out.append((start * advance_seconds(chains, base) if start else 0.0) + (end - start) * chains["step_s"][cls])
     return out
 
 

@@ -655,7 +655,10 @@ def test_chain_segments_schedule_each_chain_as_segment_jobs_with_their_resources
     for name, (chain, seg) in want.items():
         start, end = seg or (0, nb)
         cls, base = schur_jobs.schur_chain_class(spectra, chain), schur_jobs.schur_chain_base(spectra, chain)
-        seconds[name] = start * m["advance_s"][base] + (end - start) * m["step_s"][cls]
+        adv = m["advance_s"][base]
+        if base == "order":  # an order's advance forms J₀^π too: at least its timed basis (per measured α)
+            adv = m["order_s"]["basis"] + max(0.0, adv - m["order_s"]["basis"]) / len(m["order_alphas"])
+        seconds[name] = start * adv + (end - start) * m["step_s"][cls]
         assert prio[name] == pytest.approx(seconds[name], rel=0.01), (name, prio[name], seconds[name])
     # a prep's: its block's (one boundary) measured seconds + the longest chain job's, above every chain job
     preps = [float(j["priority"]) for j in gpt2 if j["rule"] == "spectra_schur_prep"]
