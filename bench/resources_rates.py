@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from harness import RESULTS, ROOT, machine, parser, save_boundary, schema_defaults, write_json
+from long_jobs_plan import advance_seconds
 
 #: one BLAS thread: reproducible on a shared machine (many threads on few busy cores time the scheduler, not the
 #: job) and conservative for a job with more threads
@@ -293,13 +294,12 @@ def anchor_rates(rates: dict, long: dict) -> dict:
     off = [_3g(a / b) if b > 0 else 1e6 for a, b in ((ap, bp), (ae, be))]
     out["convergence_groups"] = (off[0], off[1], _3g(mean_size))
     out["convergence_final"] = _reach((0.0, 0.0), d, conv["final_extra_s"])
-    n_order = max(1, len(sch["order_alphas"]))
     order = sch["order_s"]  # J₀^π, and per α each variant's product and singular values
     steps = {cls: s for cls, s in sch["step_s"].items() if cls != "order"} | {"prep": sch["prep_s"]}
     steps |= {"order_basis": order["basis"], "order_update": order["update"], "order_full": order["full"]}
     adv = sch["advance_s"]  # a chain segment's prefix: a step's products without their singular values
     steps |= {f"advance_{base}": s for base, s in adv.items() if base != "order"}
-    steps["advance_order"] = order["basis"] + max(0.0, adv["order"] - order["basis"]) / n_order  # at one α
+    steps["advance_order"] = advance_seconds(sch, "order")  # at one α: at least J₀^π
     out["schur_steps"] = {"K": int(sch["K"]), "d": d} | {k: _ceil3(v / d**3) for k, v in sorted(steps.items())}
     return out
 
