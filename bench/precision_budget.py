@@ -60,6 +60,8 @@ INTERVALS = {"erank": ("erank_ci_low", "erank_ci_high", "log"), "value": ("ci_lo
 #: fraction of an interval's half-width a row may move
 BUDGET_Y, BUDGET_FLOOR, BUDGET_HALF = 0.1, 1e-12, 0.01
 DRAWS = 3
+#: the table jobs save their state this often (seconds) and a rerun resumes from it: a pass takes up to hours
+SNAPSHOT_S = 300.0
 RESULTS = RESULTS_DIR / "precision_budget.json"
 DOC = ROOT / "docs" / "precision.md"
 BEGIN, END = "<!-- precision-budget:begin -->", "<!-- precision-budget:end -->"
@@ -151,13 +153,15 @@ def compute_tables(folder: Path, names: list[str], cfg: dict, seed: int, out: Pa
                             rank_tol=cfg["rank_tol"], boundary_metrics=cfg["schur_boundary_metrics"],
                             orders=cfg["schur_orders"], order_alphas=cfg["schur_order_alphas"],
                             ci_level=cfg["ci_level"], ci_blocks=cfg["schur_ci_blocks"],
-                            ci_controls=cfg["schur_ci_controls"])  # fmt: skip
+                            ci_controls=cfg["schur_ci_controls"], snapshot_s=SNAPSHOT_S)  # fmt: skip
             elif t == "cumulative":
-                write_cumulative(files, tmp, ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"])
+                write_cumulative(
+                    files, tmp, ci_level=cfg["ci_level"], ci_blocks=cfg["ci_blocks"], snapshot_s=SNAPSHOT_S
+                )
             else:
                 write_convergence(files, tmp, sizes=cfg["convergence_sizes"],
                                   n_edge=cfg["convergence_boundaries"], sr_k=cfg["sr_k"], dtype=cfg["dtype"],
-                                  rank_tol=cfg["rank_tol"], ci_level=cfg["ci_level"])  # fmt: skip
+                                  rank_tol=cfg["rank_tol"], ci_level=cfg["ci_level"], snapshot_s=SNAPSHOT_S)  # fmt: skip
             tmp.replace(path)
         got[t] = read_tsv(path)
     return got
