@@ -552,12 +552,23 @@ def spectra_block_first(wildcards):
     return boundaries(wildcards.model).index(spectra_block(wildcards)[0])
 
 
+_SCHUR_JOBS = {}
+
+
 def schur_settings(model):
     """The model's spectra section and its Schur chain jobs by name: (chain, segment), the chain a tuple of
     settings.schur_chains, the segment its depth range [start, end) where the chain runs as more than one job
     (resources.schur_jobs.schur_chain_segments: spectra.chain_segments for the costliest chains, fewer for cheaper ones;
-    named ``{chain}.s{k}``), else None (one job: ``{chain}``).
+    named ``{chain}.s{k}``), else None (one job: ``{chain}``). Cached per model (the config does not change
+    during a run; the input, param and resource functions of every chain job ask for it: uncached it was a fifth
+    of the papers' dry run). Read-only: the section is shared by every caller.
     """
+    if model not in _SCHUR_JOBS:
+        _SCHUR_JOBS[model] = _schur_settings(model)
+    return _SCHUR_JOBS[model]
+
+
+def _schur_settings(model):
     s = section(model, "spectra")
     n = len(boundaries(model))
     jobs = {}
