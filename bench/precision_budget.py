@@ -20,7 +20,8 @@ below the float32 shift): those are listed. The random control's rows are budget
 (``[random]``): they are a continuous function of J̄ since the control's basis is canonical.
 
     python bench/precision_budget.py run [--sets smollm2-trained smollm2-init gemma3-trained gemma3-init synthetic]
-        [--runs /work/runs/base/results] [--work DIR]        # resumable: each table is kept in DIR
+        [--runs /work/runs/base/results] [--work DIR]        # resumable: each table is kept in DIR; runs of
+                                                             # other sets may go beside it (a lock per set)
     python bench/precision_budget.py render                 # bench/results/precision_budget.json -> docs
 
 A method is a context in which the tables are computed (``METHODS``); ``complex64`` (singular values of the
@@ -30,6 +31,7 @@ products in single precision) is there to show that the check fails a worse meth
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import time
@@ -456,8 +458,8 @@ def main():
     if args.cmd == "render":
         write_doc(render(json.loads(RESULTS.read_text())))
         return
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"sets": {}}
     sets = run_sets(args.runs)
+    args.work.mkdir(parents=True, exist_ok=True)
     for name in args.sets:
         if name == "synthetic":
             folder, names, cfg, seed = synthetic_set(args.work, args.d)
@@ -470,16 +472,26 @@ def main():
             if not (folder / f"{names[-1]}.npy").exists():
                 print(f"{name}: no J̄ in {folder} (run its config first); skipped", flush=True)
                 continue
+        lock = open(args.work / f"{label}.lock", "w")  # noqa: SIM115 (held until the set is written)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"{label}: computed by another run of this script now (its lock is held); skipped", flush=True)
+            continue
         print(f"{label}: start {time.strftime('%H:%M:%S')}", flush=True)
         res = evaluate(label, folder, names, cfg, seed, args.work)
         if hen:
             res["henrici_mlp"] = hen
+        # read again just before writing: another run of this script (another set) may have added its own
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"sets": {}}
         results["sets"][label] = res
         results["date"] = time.strftime("%Y-%m-%d")
         results["machine"] = machine("cpus", "numpy")
         write_json(RESULTS, results, indent=1, default=float)
         print(f"{label}: {'passes' if passes(res['methods']['shipped']) else 'FAILS'} ({res['seconds']})", flush=True)
-    write_doc(render(results))
+        lock.close()
+    if RESULTS.exists():
+        write_doc(render(json.loads(RESULTS.read_text())))
 
 
 if __name__ == "__main__":
