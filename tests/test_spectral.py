@@ -303,6 +303,27 @@ def rank_r_rotation(d=64, r=24, n_real=4, seed=0, noise=True):
     return J, (r - n_real) / r
 
 
+def test_cond_full_is_a_function_of_the_matrix_not_of_its_rounding():
+    """σ₁/σ_d of a numerically singular J̄ is rounding: float32 storage of J̄ (and a one-ulp move of each entry)
+    moves it by orders of magnitude, so cond_full is ∞ there and unmoved; where J̄ has full numerical rank it is
+    σ₁/σ_d itself, equal to cond."""
+    d, r = 64, 24
+    J, _ = rank_r_rotation(d, r)
+    g = rng(7)
+    J32 = J.astype(np.float32)
+    stored = [J32.astype(np.float64), (J32 + np.spacing(J32) * g.integers(-1, 2, J.shape)).astype(np.float64)]
+    raw = [np.linalg.svd(M, compute_uv=False) for M in (J, *stored)]
+    raw = [s[0] / s[-1] for s in raw]
+    assert max(raw) / min(raw) > 2, "the raw σ₁/σ_d should move with the rounding (else the check below is idle)"
+    for M in (J, *stored):
+        m = spectral_metrics(M)
+        assert m["numerical_rank"] == r and m["cond_full"] == np.inf
+    F = J + np.eye(d)  # full numerical rank
+    m = spectral_metrics(F)
+    s = np.linalg.svd(F, compute_uv=False)
+    assert m["numerical_rank"] == d and m["cond_full"] == m["cond"] == pytest.approx(s[0] / s[-1], rel=1e-12)
+
+
 def test_rank_r_rotation_with_float32_noise_known_answers():
     d, r = 64, 24
     J, true_complex = rank_r_rotation(d, r)
@@ -312,7 +333,7 @@ def test_rank_r_rotation_with_float32_noise_known_answers():
     assert m["frac_complex_d"] == pytest.approx(true_complex * r / d)
     assert m["frac_expansive"] == pytest.approx((r - 4 + 2) / r)  # the 20 rotations (|λ| = 1.3), 1.2 and 1.5
     assert m["cond"] == pytest.approx(1.5 / 0.6, rel=1e-5)  # σ₁ = 1.5, σ_r = 0.6 (a normal block)
-    assert m["cond_full"] > 1e6  # σ_d is rounding
+    assert m["cond_full"] == np.inf  # σ_d is rounding: numerically zero
     # the old rule (|Im λ| > 1e-9·max|λ| over all d) counts the rounding-split zero eigenvalues as rotations
     lam = np.linalg.eigvals(J)
     naive = np.mean(np.abs(lam.imag) > 1e-9 * np.abs(lam).max())

@@ -387,7 +387,7 @@ def spectral_metrics(
     τ = `tol` (``rank_tolerance``) sets the numerical rank r = #{σ_i > τσ₁} and the numerically
     non-zero eigenvalues (``mode_flags``: the r largest |λ_i|); cond = σ₁/σ_r and the complex and
     expansive fractions count over those modes (``cond_full``, ``frac_complex_d``, ``frac_expansive_d``: the
-    same over all d, σ₁/σ_d and counts / d). A complex eigenvalue is one with |Im λ| beyond its precision
+    same over all d, σ₁/σ_d (∞ where r < d: σ_d is rounding) and counts / d). A complex eigenvalue is one with |Im λ| beyond its precision
     (``complex_modes``, ε = `eps`, default τ/d). SR_k uses k' = min(k, r) (``sr_dimension``; nan at r = 0).
     The decomposition (unless given) is computed on `device` (``decompose``).
     """
@@ -411,7 +411,9 @@ def spectral_metrics(
         "erank": effective_rank(dec.s),
         "part_ratio": participation_ratio(dec.s),
         "n_modes": n_modes,
-        "cond_full": condition_number(dec.s),
+        # σ₁/σ_d where σ_d is numerically non-zero (r = d: then it is cond); a numerically singular J̄'s σ_d is
+        # rounding, which float32 storage of J̄ alone moves by orders of magnitude: ∞, a function of J̄
+        "cond_full": condition_number(dec.s) if r == d else float("inf"),
         "frac_expansive_d": float(expa.sum() / d),
         "frac_complex_d": float(cplx.sum() / d),
         "frac_complex_max": per_mode(nz & (np.imag(dec.eigvals) != 0)),
