@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from harness import RESULTS as RESULTS_DIR
-from harness import ROOT, machine, parser, save_boundary, timed, write_json, write_text
+from harness import ROOT, machine, parser, save_boundary, write_json, write_text
 
 from layergeom import config as lgconfig
 from layergeom.names import boundaries_for
@@ -62,6 +62,8 @@ INTERVALS = {"erank": ("erank_ci_low", "erank_ci_high", "log"), "value": ("ci_lo
 #: fraction of an interval's half-width a row may move
 BUDGET_Y, BUDGET_FLOOR, BUDGET_HALF = 0.1, 1e-12, 0.01
 DRAWS = 3
+#: each pass folder's record of the seconds its tables took (table -> seconds), written as each is computed
+SECONDS = "seconds.json"
 #: the table jobs save their state this often (seconds) and a rerun resumes from it: a pass takes up to hours
 SNAPSHOT_S = 300.0
 RESULTS = RESULTS_DIR / "precision_budget.json"
@@ -149,6 +151,7 @@ def compute_tables(folder: Path, names: list[str], cfg: dict, seed: int, out: Pa
     for t in tables:
         path = out / f"{t}.tsv"
         if not path.exists():
+            start = time.perf_counter()
             tmp = out / f".{t}.tsv"
             if t == "schur":
                 write_schur(files, tmp, out / "cumulative.tsv", alphas=cfg["alphas"], seed=seed, sr_k=cfg["sr_k"], dtype=cfg["dtype"],
@@ -165,8 +168,15 @@ def compute_tables(folder: Path, names: list[str], cfg: dict, seed: int, out: Pa
                                   n_edge=cfg["convergence_boundaries"], sr_k=cfg["sr_k"], dtype=cfg["dtype"],
                                   rank_tol=cfg["rank_tol"], ci_level=cfg["ci_level"], snapshot_s=SNAPSHOT_S)  # fmt: skip
             tmp.replace(path)
+            spent = json.loads((out / SECONDS).read_text()) if (out / SECONDS).exists() else {}
+            write_json(out / SECONDS, spent | {t: time.perf_counter() - start}, indent=1)
         got[t] = read_tsv(path)
     return got
+
+
+def seconds_spent(out: Path) -> float:
+    """The seconds the kept tables of `out` took to compute (when they were computed, not read), nan if unknown."""
+    return float(sum(json.loads((out / SECONDS).read_text()).values())) if (out / SECONDS).exists() else float("nan")
 
 
 # ---- the comparison ------------------------------------------------------------------------------------------------
@@ -373,7 +383,8 @@ def evaluate(name: str, folder: Path, names: list[str], cfg: dict, seed: int, wo
 
     def tables_by(how: str, jac: Path, into: Path) -> dict:  # the tables computed by a method, timed
         with method(how):
-            got, times[into.name] = timed(compute_tables, jac, names, cfg, seed, into, tables)
+            got = compute_tables(jac, names, cfg, seed, into, tables)
+        times[into.name] = seconds_spent(into)  # as computed (a resumed or repeated evaluation reads them)
         return got
 
     ref = tables_by("reference", folder, base / "reference")
@@ -484,6 +495,8 @@ def main():
             res["henrici_mlp"] = hen
         # read again just before writing: another run of this script (another set) may have added its own
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"sets": {}}
+        before = results["sets"].get(label, {}).get("seconds", {})  # tables kept from before the seconds files
+        res["seconds"] = {k: before.get(k, v) if np.isnan(v) else v for k, v in res["seconds"].items()}
         results["sets"][label] = res
         results["date"] = time.strftime("%Y-%m-%d")
         results["machine"] = machine("cpus", "numpy")
