@@ -51,6 +51,8 @@ TABLES = {  # in the order they are computed (schur.tsv's α = 1 rows are cumula
     "schur": ["variant", "control", "alpha", "depth"],
     "convergence": ["metric", "n_groups"],
 }
+#: the row group of count fractions in a table of mixed metrics (convergence.tsv's frac_* rows): discrete
+COUNT = "[count]"
 #: columns compared on the log scale (positive, scale-free quantities)
 LOG_WORDS = ("erank", "cond")
 #: discrete columns: counts and count fractions, equal or listed
@@ -199,11 +201,13 @@ def _pair(ref: pd.DataFrame, other: pd.DataFrame, keys: list[str]) -> tuple[pd.D
 
 def column_groups(table: str, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """Row masks of the budget's columns: the schur.tsv rows of the random control at α > 0 apart (``[random]``),
-    convergence.tsv's erank metrics apart from the others (``[erank]``: on the log scale)."""
+    convergence.tsv's erank metrics apart from the others (``[erank]``: on the log scale) and its count fractions
+    (``COUNT``: the frac_complex and frac_expansive metrics, discrete like schur.tsv's b_frac_*)."""
     every = np.ones(len(frame), dtype=bool)
     if table == "convergence":
         er = frame["metric"].str.contains("erank").to_numpy()
-        return {"": ~er, "[erank]": er}
+        count = frame["metric"].str.startswith("frac_").to_numpy()
+        return {"": ~er & ~count, "[erank]": er, COUNT: count}
     if table != "schur":
         return {"": every}
     rand = ((frame["control"] == "random") & (frame["alpha"] > 0)).to_numpy()
@@ -220,6 +224,8 @@ def deviations(table: str, ref: pd.DataFrame, other: pd.DataFrame) -> dict[str, 
         if col in keys or col in DISCRETE or not pd.api.types.is_numeric_dtype(ref[col]):
             continue
         for tag, mask in column_groups(table, ref).items():
+            if tag == COUNT:  # discrete rows: discrete_rows
+                continue
             xs = _scale(col + tag, ref[col].to_numpy(float)[mask])
             ys = _scale(col + tag, oth[col].to_numpy(float)[mask])
             same = (xs == ys) | (np.isnan(xs) & np.isnan(ys))  # equal infinities too (cond_full of a singular J̄)
@@ -238,6 +244,8 @@ def scale_of(table: str, ref: pd.DataFrame) -> dict[str, float]:
         if col in TABLES[table] or col in DISCRETE or not pd.api.types.is_numeric_dtype(ref[col]):
             continue
         for tag, mask in column_groups(table, ref).items():
+            if tag == COUNT:
+                continue
             v = np.abs(_scale(col + tag, ref[col].to_numpy(float)[mask]))
             v = v[np.isfinite(v)]
             if len(v):
@@ -269,24 +277,33 @@ def row_interval_excess(table: str, ref: pd.DataFrame, other: pd.DataFrame) -> d
 
 
 def discrete_rows(table: str, ref: pd.DataFrame, other: pd.DataFrame, draws: list[pd.DataFrame]) -> dict:
-    """Per discrete column: the rows the method changes, and those of them a float32 draw changes too (listed)."""
+    """Per discrete column: the rows the method changes, those of them no float32 draw changes (``unexplained``:
+    over budget), and how many rows a float32 draw changes (``float32_moved``: the margin to the threshold is
+    below the float32 shift there). Columns that neither moves are left out."""
     keys = TABLES[table]
     a, b = _pair(ref, other, keys)
     ds = [_pair(ref, d, keys)[1] for d in draws]
     index = a.set_index(keys).index
+    count = column_groups(table, a).get(COUNT)
+    columns = [(c, "", None) for c in a.columns if c in DISCRETE and c not in keys]
+    if count is not None:  # the count-fraction rows of every numeric column (value and its interval)
+        columns += [(c, COUNT, count) for c in a.columns if c not in keys and c not in DISCRETE
+                    and pd.api.types.is_numeric_dtype(a[c])]  # fmt: skip
     out = {}
-    for col in a.columns:
-        if col not in DISCRETE or col in keys:
-            continue
+    for col, tag, rows in columns:
         x, y = a[col].to_numpy(float), b[col].to_numpy(float)
         diff = ~((x == y) | (np.isnan(x) & np.isnan(y)))
-        if not diff.any():
-            continue
         shifted = np.zeros(len(x), dtype=bool)
         for d in ds:
             z = d[col].to_numpy(float)
             shifted |= ~((x == z) | (np.isnan(x) & np.isnan(z)))
-        out[col] = {"changed": [str(i) for i in index[diff]], "unexplained": [str(i) for i in index[diff & ~shifted]]}
+        if rows is not None:
+            diff &= rows
+            shifted &= rows
+        if not (diff.any() or shifted.any()):
+            continue
+        out[col + tag] = {"changed": [str(i) for i in index[diff]], "float32_moved": int(shifted.sum()),
+                          "unexplained": [str(i) for i in index[diff & ~shifted]]}  # fmt: skip
     return out
 
 
@@ -416,7 +433,9 @@ def render(results: dict) -> str:
              " storage of J̄ causes (median of the draws); the shipped methods' largest deviation; the budget"
              " max(0.1·Y, 1e-12·max|ref|); the largest deviation of a row in units of 1/100 of its interval's"
              " half-width (≤ 1 passes). Log scale for erank and cond columns. `[random]`: the random control's rows"
-             " at α > 0.", ""]  # fmt: skip
+             " at α > 0. A discrete column (ranks, mode counts, count fractions; `[count]`: convergence.tsv's"
+             " frac_* metrics) lists the rows a float32 draw moves, the rows the shipped methods change, and how"
+             " many of those no draw moves (over budget).", ""]  # fmt: skip
     for name, res in results["sets"].items():
         shipped = res["methods"]["shipped"]
         ok = passes(shipped)
@@ -432,8 +451,10 @@ def render(results: dict) -> str:
                 lines.append(f"| {t} | `{col}` | {fmt(c['Y'])} | {fmt(c['deviation'])} | {fmt(c['budget'])} | "
                              f"{fmt(c['row_interval_excess'])} | {'ok' if c['ok'] else '**over**'} |")  # fmt: skip
             for col, v in rep["discrete"].items():
-                lines.append(f"| {t} | `{col}` (discrete) | | {len(v['changed'])} rows changed | | "
-                             f"{len(v['unexplained'])} not moved by float32 | {'ok' if not v['unexplained'] else '**over**'} |")  # fmt: skip
+                moved = v.get("float32_moved")
+                lines.append(f"| {t} | `{col}` (discrete) | {'—' if moved is None else f'{moved} rows moved'} | "
+                             f"{len(v['changed'])} rows changed | | {len(v['unexplained'])} not moved by float32 | "
+                             f"{'ok' if not v['unexplained'] else '**over**'} |")  # fmt: skip
         same = [t for t, rep in shipped.items() if all(c["deviation"] == 0 for c in rep["columns"].values())]
         if same:
             lines += ["", f"Identical to the reference method, bit for bit: {', '.join(same)}."]
