@@ -24,7 +24,9 @@ import os, sys, time
 from pathlib import Path
 from layergeom.runtime import claim_gpus
 claim_gpus(int(sys.argv[1]))
-Path(sys.argv[2]).write_text(os.environ["CUDA_VISIBLE_DEVICES"])
+tmp = Path(sys.argv[2] + ".tmp")  # written, then renamed: the test reads the file as soon as it exists
+tmp.write_text(os.environ["CUDA_VISIBLE_DEVICES"])
+tmp.replace(sys.argv[2])
 while not Path(sys.argv[3]).exists():
     time.sleep(0.05)
 """
