@@ -318,7 +318,7 @@ def _blocker(path: Path, modules: list[str]) -> Path:
 @pytest.mark.parametrize("config", [TEST_CONFIG, PAPERS], ids=lambda p: p.name)
 def test_dag_builds_and_lints_without_torch(tmp_path, config):
     """The DAG builds and lints with the model-side packages unimportable. The papers' config is only linted here:
-    its dry run (~6500 jobs, the suite's costliest) runs once, blocked the same way, for every test of
+    its dry run (~7,400 jobs, the suite's costliest) runs once, blocked the same way, for every test of
     tests/test_papers_config.py (test_papers_dag_builds_without_the_model_packages)."""
     env = {**os.environ, "PYTHONPATH": str(_blocker(tmp_path / "blocked", HEAVY))}
     base = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path / "wd"),

@@ -101,7 +101,7 @@ def papers():
 
 @pytest.fixture(scope="module")
 def papers_dry_run(tmp_path_factory):
-    """The papers' whole DAG, printed job by job (one dry run for the tests below: ~6500 jobs, 2-3 minutes), built
+    """The papers' whole DAG, printed job by job (one dry run for the tests below: ~7,400 jobs, 2-3 minutes), built
     with torch, transformers, scipy and the other model-side packages unimportable: the papers' share of
     test_cluster's test_dag_builds_and_lints_without_torch (which lints this config but leaves its dry run here,
     the suite's costliest)."""
