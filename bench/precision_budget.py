@@ -176,9 +176,13 @@ def compute_tables(folder: Path, names: list[str], cfg: dict, seed: int, out: Pa
     return got
 
 
-def seconds_spent(out: Path) -> float:
-    """The seconds the kept tables of `out` took to compute (when they were computed, not read), nan if unknown."""
-    return float(sum(json.loads((out / SECONDS).read_text()).values())) if (out / SECONDS).exists() else float("nan")
+def seconds_spent(out: Path, tables=tuple(TABLES)) -> float:
+    """The seconds the kept tables of `out` took to compute (when they were computed, not read): nan unless every
+    table's is recorded (``all``: the pass's total, recorded at once)."""
+    spent = json.loads((out / SECONDS).read_text()) if (out / SECONDS).exists() else {}
+    if "all" in spent:
+        return float(spent["all"])
+    return float(sum(spent[t] for t in tables)) if all(t in spent for t in tables) else float("nan")
 
 
 # ---- the comparison ------------------------------------------------------------------------------------------------
@@ -401,7 +405,7 @@ def evaluate(name: str, folder: Path, names: list[str], cfg: dict, seed: int, wo
     def tables_by(how: str, jac: Path, into: Path) -> dict:  # the tables computed by a method, timed
         with method(how):
             got = compute_tables(jac, names, cfg, seed, into, tables)
-        times[into.name] = seconds_spent(into)  # as computed (a resumed or repeated evaluation reads them)
+        times[into.name] = seconds_spent(into, tables)  # as computed (a repeated evaluation reads the tables)
         return got
 
     ref = tables_by("reference", folder, base / "reference")
@@ -516,8 +520,6 @@ def main():
             res["henrici_mlp"] = hen
         # read again just before writing: another run of this script (another set) may have added its own
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"sets": {}}
-        before = results["sets"].get(label, {}).get("seconds", {})  # tables kept from before the seconds files
-        res["seconds"] = {k: before.get(k, v) if np.isnan(v) else v for k, v in res["seconds"].items()}
         results["sets"][label] = res
         results["date"] = time.strftime("%Y-%m-%d")
         results["machine"] = machine("cpus", "numpy")

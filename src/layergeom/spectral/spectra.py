@@ -387,8 +387,8 @@ def spectral_metrics(
     τ = `tol` (``rank_tolerance``) sets the numerical rank r = #{σ_i > τσ₁} and the numerically
     non-zero eigenvalues (``mode_flags``: the r largest |λ_i|); cond = σ₁/σ_r and the complex and
     expansive fractions count over those modes (``cond_full``, ``frac_complex_d``, ``frac_expansive_d``: the
-    same over all d, σ₁/σ_d (∞ where r < d: σ_d is rounding) and counts / d). A complex eigenvalue is one with |Im λ| beyond its precision
-    (``complex_modes``, ε = `eps`, default τ/d). SR_k uses k' = min(k, r) (``sr_dimension``; nan at r = 0).
+    same over all d, σ₁/σ_d (∞ where r < d: σ_d is rounding) and counts / d). A complex eigenvalue is one
+    with |Im λ| beyond its precision (``complex_modes``, ε = `eps`, default τ/d). SR_k uses k' = min(k, r) (``sr_dimension``; nan at r = 0).
     The decomposition (unless given) is computed on `device` (``decompose``).
     """
     dec = decompose(J, device=device) if dec is None else dec
