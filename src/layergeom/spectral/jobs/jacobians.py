@@ -213,7 +213,9 @@ def boundary_jacobians(
     Named steps: the settings (:func:`jacobian_settings`), the samples (:class:`JacobianSamples`), then per
     boundary :func:`compute_boundary` and :func:`keep_boundary` unless a finished one is reused, and
     :func:`move_into_place`.
-    Returns name -> ``BoundaryJacobian`` for the boundaries computed in this call (reused ones are not loaded).
+    Returns name -> the boundary's ``{boundary}.json`` record for the boundaries computed in this call (reused
+    ones are not read). A boundary's arrays are released once its files are written: the job holds one boundary
+    at a time, as its memory request (``resources.model_jobs.jacobians_bytes``) counts.
     """
     import torch
 
@@ -245,7 +247,8 @@ def boundary_jacobians(
         res = compute_boundary(adapter, store, name, sample, cfg)
         keep_boundary(work, name, key, res, sample, cfg)
         log.info("%s: J̄ over %d samples (%s), ‖J̄‖_F = %.4g", name, res.n_samples, res.method, np.linalg.norm(res.mean))
-        results[name] = res
+        results[name] = sample.meta(name, res, cfg)
+        del res  # its arrays ((G + 1) d² float64: 2.3 GB at d = 4096) go before the next boundary is computed
     if reused:
         log.info("resumed: %d boundaries reused, %d computed", len(reused), len(results))
     move_into_place(boundaries, outputs)
