@@ -115,6 +115,52 @@ def test_the_gather_refuses_parts_out_of_order_or_missing(jac, tmp_path):
     assert not out.exists() or not list(out.glob("*.tsv"))
 
 
+# ---- (a') a job of several boundaries holds one at a time (its request counts one boundary's arrays) -----------
+def _watch_boundary_arrays(monkeypatch) -> list[int]:
+    """Per boundary a job reads (its J̄), how many earlier boundaries' J̄ and replicate deviations Δ were still
+    alive: weak references to what BoundaryFiles hands out."""
+    import gc
+    import weakref
+
+    from layergeom.spectral.jobs.common import BoundaryFiles
+
+    alive, held = [], []
+    get, dev = BoundaryFiles.__getitem__, BoundaryFiles.deviations
+
+    def getitem(self, name):
+        gc.collect()
+        held.append(sum(r() is not None for r in alive))
+        J = get(self, name)
+        alive.append(weakref.ref(J))
+        return J
+
+    def deviations(self, *args, **kwargs):
+        D = dev(self, *args, **kwargs)
+        alive.append(weakref.ref(D))
+        return D
+
+    monkeypatch.setattr(BoundaryFiles, "__getitem__", getitem)
+    monkeypatch.setattr(BoundaryFiles, "deviations", deviations)
+    return held
+
+
+@pytest.mark.parametrize("job", ["spectra_table_part", "spectra_schur_prep"])
+def test_a_job_of_several_boundaries_holds_one_at_a_time(jac, tmp_path, monkeypatch, job):
+    """The table part and the Schur prep release a boundary's J̄ and its Δ (K d² float32: 1 GB at d = 4096) before
+    the next boundary's are read: a job's peak is one boundary's, as its mem_mb counts."""
+    from layergeom.spectral.jobs.schur import write_schur_prep
+    from layergeom.spectral.jobs.table import write_spectra_part
+
+    held = _watch_boundary_arrays(monkeypatch)
+    if job == "spectra_table_part":
+        write_spectra_part(_files(jac, NAMES), tmp_path / "part.npz", **KW)
+    else:
+        kw = {k: SCHUR[k] for k in ("alphas", "seed", "sr_k", "dtype", "rank_tol", "boundary_metrics", "orders",
+                                    "order_alphas", "ci_blocks", "ci_controls")}  # fmt: skip
+        write_schur_prep(_files(jac, NAMES), tmp_path / "prep.npz", tmp_path / "prep.arrays.npz", first=0, **kw)
+    assert len(held) >= len(NAMES) and not any(held), held
+
+
 # ---- (b) a killed part resumes from its snapshot -----------------------------------------------------------
 SETUP = (
     KILL_AT_SNAPSHOT

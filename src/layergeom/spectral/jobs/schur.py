@@ -243,7 +243,7 @@ def write_schur_prep(
             finally:
                 npz.close()
         records.append(prep.record)
-        del prep, form, tan, arrays
+        J = D = prep = form = tan = arrays = None  # released before the next boundary's (as its request counts)
         snap.save(i + 1, lambda: {"records": records})
     with atomic_path(out_arrays) as tmp:  # the block's arrays, member by member: b{i}.{key}
         npz = _NpzWriter(tmp)

@@ -80,6 +80,7 @@ def spectra_rows(
         eig.append(eigenvalue_frame(name, dec, tol))
         log.info("%s: rank %d of %d, %d non-zero modes, cond %.4g [%.4g, %.4g]", name, row["numerical_rank"],
                  J.shape[0], row["n_modes"], row["cond"], row["cond_ci_low"], row["cond_ci_high"])  # fmt: skip
+        J = dec = D = None  # released before the next boundary's (its request counts one boundary's arrays)
         snap.save(i + 1, lambda: {"rows": rows, "eig": eig})
     return rows, eig, counts, snap
 
