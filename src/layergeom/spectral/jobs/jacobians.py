@@ -168,16 +168,19 @@ def compute_boundary(adapter, store, name: str, sample: JacobianSamples, cfg: Ja
     )  # fmt: skip
 
 
-def keep_boundary(work: Path, name: str, key: str, res, sample: JacobianSamples, cfg: JacobianSettings) -> None:
-    """Write a finished boundary's files into the work folder, then its marker (key, sizes, sha256) last."""
+def keep_boundary(work: Path, name: str, key: str, res, sample: JacobianSamples, cfg: JacobianSettings) -> dict:
+    """Write a finished boundary's files into the work folder, then its marker (key, sizes, sha256) last; returns
+    its {boundary}.json record."""
     part = _partial_paths(work, name)
     _marker(work, name).unlink(missing_ok=True)  # files of another key are rewritten below
     save_npy(res.mean, part["npy"])
     save_npy(res.group_means.astype(np.float32), part["groups"])
     write_tsv(sample.summary_table(res), part["tsv"])
+    record = sample.meta(name, res, cfg)
     with atomic_path(part["json"]) as tmp:
-        tmp.write_text(json.dumps(sample.meta(name, res, cfg), indent=2) + "\n")
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
     mark_done(_marker(work, name), key, [p.name for p in part.values()])
+    return record
 
 
 def move_into_place(boundaries: list[str], outputs: dict[str, dict[str, str | Path]]) -> None:
@@ -245,9 +248,8 @@ def boundary_jacobians(
             reused.append(name)
             continue
         res = compute_boundary(adapter, store, name, sample, cfg)
-        keep_boundary(work, name, key, res, sample, cfg)
+        results[name] = keep_boundary(work, name, key, res, sample, cfg)
         log.info("%s: J̄ over %d samples (%s), ‖J̄‖_F = %.4g", name, res.n_samples, res.method, np.linalg.norm(res.mean))
-        results[name] = sample.meta(name, res, cfg)
         del res  # its arrays ((G + 1) d² float64: 2.3 GB at d = 4096) go before the next boundary is computed
     if reused:
         log.info("resumed: %d boundaries reused, %d computed", len(reused), len(results))
