@@ -20,7 +20,7 @@ below the float32 shift): those are listed. The random control's rows are budget
 (``[random]``): they are a continuous function of J̄ since the control's basis is canonical.
 
     python bench/precision_budget.py run [--sets smollm2-trained smollm2-init gemma3-trained gemma3-init synthetic]
-        [--runs /work/runs/base/results] [--work DIR]        # resumable: each table is kept in DIR; runs of
+        [--runs /work/runs/base/results] [--work DIR] [--d 4096 --layers 2]  # resumable: each table is kept in DIR; runs of
                                                              # other sets may go beside it (a lock per set)
     python bench/precision_budget.py render                 # bench/results/precision_budget.json -> docs
 
@@ -362,7 +362,7 @@ def run_sets(runs: Path) -> dict:
 def synthetic_set(work: Path, d: int = 4096, n_layers: int = 2, rank: int = 1024, seed: int = 0):
     """Boundaries shaped like an 8B model's: attention J̄ of rank `rank` (grouped-query: n_kv·d_head) in float32
     with the float32 tail of a real one, MLP J̄ full rank and non-normal (Henrici 0.6–0.9), 16 group means each."""
-    folder = work / f"synthetic-d{d}" / "jac"
+    folder = work / (f"synthetic-d{d}" + (f"-L{n_layers}" if n_layers != 2 else "")) / "jac"
     names = boundaries_for("llama", n_layers)
     if not (folder / ".done").exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -486,6 +486,9 @@ def main():
                      help="results/ of runs of config/config.yaml and config/gemma3.yaml")  # fmt: skip
     run.add_argument("--work", type=Path, default=Path("/work/runs/budget"), help="tables kept here (resumable)")
     run.add_argument("--d", type=int, default=4096, help="width of the synthetic set")
+    run.add_argument("--layers", type=int, default=2,
+                     help="blocks of the synthetic set (two boundaries each: attention, MLP); its first boundaries "
+                          "are the same matrices whatever the count")  # fmt: skip
     run.add_argument("--orders", type=int, default=2,
                      help="spectra.schur_orders of the runs' sets (each random order is one more chain of the same "
                           "kind; the configs' 8 would take four times as long); the synthetic set takes 2")  # fmt: skip
@@ -498,8 +501,8 @@ def main():
     args.work.mkdir(parents=True, exist_ok=True)
     for name in args.sets:
         if name == "synthetic":
-            folder, names, cfg, seed = synthetic_set(args.work, args.d)
-            label = f"synthetic-d{args.d}"
+            folder, names, cfg, seed = synthetic_set(args.work, args.d, args.layers)
+            label = f"synthetic-d{args.d}" + (f"-L{args.layers}" if args.layers != 2 else "")
             hen = {n: henrici(np.load(folder / f"{n}.npy")) for n in names if n.endswith("mlp")}
         else:
             folder, names, cfg, seed = sets[name]
