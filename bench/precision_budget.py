@@ -20,8 +20,8 @@ below the float32 shift): those are listed. The random control's rows are budget
 (``[random]``): they are a continuous function of J̄ since the control's basis is canonical.
 
     python bench/precision_budget.py run [--sets smollm2-trained smollm2-init gemma3-trained gemma3-init synthetic]
-        [--runs /work/runs/base/results] [--work DIR] [--d 4096 --layers 2]  # resumable: each table is kept in DIR; runs of
-                                                             # other sets may go beside it (a lock per set)
+        [--runs /work/runs/base/results] [--work DIR] [--d 4096 --layers 2]
+        # resumable: each table is kept in DIR; runs of other sets may go beside it (a lock per set)
     python bench/precision_budget.py render                 # bench/results/precision_budget.json -> docs
 
 A method is a context in which the tables are computed (``METHODS``); ``complex64`` (singular values of the
@@ -359,10 +359,15 @@ def run_sets(runs: Path) -> dict:
     return sets
 
 
+def synthetic_label(d: int, n_layers: int) -> str:
+    """The synthetic set's name (and its folder under the work folder): 2 blocks unmarked, as first published."""
+    return f"synthetic-d{d}" + (f"-L{n_layers}" if n_layers != 2 else "")
+
+
 def synthetic_set(work: Path, d: int = 4096, n_layers: int = 2, rank: int = 1024, seed: int = 0):
     """Boundaries shaped like an 8B model's: attention J̄ of rank `rank` (grouped-query: n_kv·d_head) in float32
     with the float32 tail of a real one, MLP J̄ full rank and non-normal (Henrici 0.6–0.9), 16 group means each."""
-    folder = work / (f"synthetic-d{d}" + (f"-L{n_layers}" if n_layers != 2 else "")) / "jac"
+    folder = work / synthetic_label(d, n_layers) / "jac"
     names = boundaries_for("llama", n_layers)
     if not (folder / ".done").exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -502,7 +507,7 @@ def main():
     for name in args.sets:
         if name == "synthetic":
             folder, names, cfg, seed = synthetic_set(args.work, args.d, args.layers)
-            label = f"synthetic-d{args.d}" + (f"-L{args.layers}" if args.layers != 2 else "")
+            label = synthetic_label(args.d, args.layers)
             hen = {n: henrici(np.load(folder / f"{n}.npy")) for n in names if n.endswith("mlp")}
         else:
             folder, names, cfg, seed = sets[name]
